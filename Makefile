@@ -1,0 +1,47 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Both create (once) and reuse .venv; it is rebuilt when pyproject.toml changes.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck layers unit proto bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev,fast]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/cdctl sim rack
+
+test: lint typecheck layers unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check cdctl tests bench
+	$(BIN)/ruff format --check cdctl tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy cdctl
+
+layers: $(STAMP)
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+# Regenerates cdctl/_proto from proto/ (the generated code is committed).
+proto: $(STAMP)
+	rm -rf cdctl/_proto/k8s_io cdctl/_proto/pluginregistration cdctl/_proto/message_pool.py
+	$(BIN)/python -m grpc_tools.protoc -Iproto \
+	  --python_betterproto2_out=cdctl/_proto \
+	  --python_betterproto2_opt=client_generation=async,server_generation=async \
+	  $$(cd proto && find . -name '*.proto' | sort)
+	$(BIN)/ruff format cdctl/_proto >/dev/null
+
+bench: $(STAMP)
+	$(BIN)/python bench/store.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache

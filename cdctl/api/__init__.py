@@ -1,0 +1,1 @@
+"""API models: ComputeDomain CRD and opaque device-config models with validation; feature gates."""

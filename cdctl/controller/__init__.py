@@ -1,0 +1,1 @@
+"""cdctl controller: ComputeDomain reconcilers (one module per managed kind), leader election, status."""

@@ -1,0 +1,1 @@
+"""cdctl daemon: per-ComputeDomain nvidia-imex supervision, clique membership, readiness check."""

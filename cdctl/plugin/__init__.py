@@ -1,0 +1,1 @@
+"""cdctl kubelet-plugin: DRA gRPC servers, prepare/unprepare, CDI, ResourceSlice publishing, NVML."""
