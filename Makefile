@@ -33,11 +33,13 @@ unit: $(STAMP)
 
 # Regenerates cdctl/_proto from proto/ (the generated code is committed).
 proto: $(STAMP)
-	rm -rf cdctl/_proto/k8s_io cdctl/_proto/pluginregistration cdctl/_proto/message_pool.py
-	$(BIN)/python -m grpc_tools.protoc -Iproto \
+	rm -rf cdctl/_proto/k8s cdctl/_proto/pluginregistration cdctl/_proto/message_pool.py
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m grpc_tools.protoc -Iproto \
+	  --plugin=protoc-gen-python_betterproto2=$(BIN)/protoc-gen-python_betterproto2 \
 	  --python_betterproto2_out=cdctl/_proto \
 	  --python_betterproto2_opt=client_generation=async,server_generation=async \
-	  $$(cd proto && find . -name '*.proto' | sort)
+	  $$(find proto -name '*.proto' | sort)
+	git checkout -- cdctl/_proto/__init__.py 2>/dev/null || true
 	$(BIN)/ruff format cdctl/_proto >/dev/null
 
 bench: $(STAMP)
