@@ -1,0 +1,254 @@
+"""NVLink clique discovery behind a small device-library interface: real NVML (nvidia-ml-py) or a fake.
+
+Called by the kubelet plugin at start-up and by its fabric re-probe loop. `DeviceLib.probe()` returns the
+fabric info of every GPU; `discover_clique()` applies NVIDIA's rules to it and returns the node's clique ID
+(`"<clusterUUID>.<cliqueId>"`, or "" for no clique) or, in strict mode (`CrashOnNVLinkFabricErrors`), says
+that the fabric is not COMPLETED yet. Where the Go driver exits and crash-loops in that case, the caller keeps
+serving without `channel-0` and probes again. `FakeDeviceLib` stands in for tests and the simulator
+(`--fake-nvml CLIQUE_ID[:STATE]` or `--fake-nvml none`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from cdctl.domain.errors import InvalidInput, PermanentError
+
+STATE_NOT_SUPPORTED = 0
+STATE_NOT_STARTED = 1
+STATE_IN_PROGRESS = 2
+STATE_COMPLETED = 3
+STATE_NAMES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
+NVML_SUCCESS = 0
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+MIN_DRIVER_FOR_DNS_NAMES = (570, 158, 1)
+
+# Where the Go driver looks for the library under the container driver root.
+LIBRARY_DIRS = ("/", "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64",
+                "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu")  # fmt: skip
+
+
+class NvmlError(PermanentError):
+    """NVML could not be loaded or answered an unexpected error."""
+
+
+@dataclass(frozen=True, slots=True)
+class FabricInfo:
+    cluster_uuid: str
+    clique_id: int
+    state: int
+    status: int = NVML_SUCCESS
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFabric:
+    """One GPU: its index and UUID, and its fabric info (None when NVML says NOT_SUPPORTED)."""
+
+    index: int
+    uuid: str
+    info: FabricInfo | None
+
+
+class DeviceLib(Protocol):
+    def probe(self) -> list[GpuFabric]: ...
+
+    def driver_version(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CliqueDiscovery:
+    """The outcome of one probe: the clique ID, or why the fabric is not ready (strict mode only)."""
+
+    clique_id: str
+    pending: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        return self.pending is None
+
+
+def _attached_legacy(info: FabricInfo | None) -> bool:
+    return (
+        info is not None
+        and info.state == STATE_COMPLETED
+        and info.status == NVML_SUCCESS
+        and info.cluster_uuid != ZERO_UUID
+    )
+
+
+def discover_clique(gpus: Sequence[GpuFabric], *, strict: bool) -> CliqueDiscovery:
+    """NVIDIA's clique rules; several distinct cluster UUIDs or clique IDs raise a permanent error."""
+    notes: list[str] = []
+    found: list[tuple[str, int]] = []
+    for gpu in gpus:
+        info = gpu.info
+        tag = f"device {gpu.index}/{gpu.uuid}"
+        if strict:
+            if info is None or info.state == STATE_NOT_SUPPORTED:
+                notes.append(f"{tag}: fabric not supported, skipped")
+                continue
+            if info.state != STATE_COMPLETED:
+                state = STATE_NAMES.get(info.state, str(info.state))
+                return CliqueDiscovery(
+                    "", f"NVLink fabric not attached ({tag}): state={info.state} ({state})", tuple(notes)
+                )
+            if info.status != NVML_SUCCESS:
+                return CliqueDiscovery(
+                    "", f"NVLink fabric registration error ({tag}): status={info.status}", tuple(notes)
+                )
+            if info.cluster_uuid == ZERO_UUID:
+                notes.append(f"no-clique fallback: cluster UUID is zero ({tag})")
+                continue
+        elif not _attached_legacy(info):
+            notes.append(f"{tag}: not fabric-attached, skipped")
+            continue
+        assert info is not None
+        notes.append(f"identified fabric clique UUID/ID ({tag}): {info.cluster_uuid}/{info.clique_id}")
+        found.append((info.cluster_uuid, info.clique_id))
+    if not found:
+        return CliqueDiscovery("", None, tuple(notes))
+    uuids = {u for u, _ in found}
+    if len(uuids) > 1:
+        raise NvmlError(f"unexpected number of unique ClusterUUIDs found on devices: {sorted(uuids)}")
+    cliques = {c for _, c in found}
+    if len(cliques) > 1:
+        raise NvmlError(f"unexpected number of unique CliqueIDs found on devices: {sorted(cliques)}")
+    return CliqueDiscovery(f"{found[0][0]}.{found[0][1]}", None, tuple(notes))
+
+
+def driver_version_at_least(version: str, minimum: tuple[int, ...] = MIN_DRIVER_FOR_DNS_NAMES) -> bool:
+    try:
+        parts = tuple(int(p) for p in version.split("."))
+    except ValueError:
+        return False
+    return parts >= minimum
+
+
+class PynvmlDeviceLib:
+    """The real NVML through nvidia-ml-py; initialises and shuts NVML down around each probe."""
+
+    def __init__(self, driver_root: str = "/") -> None:
+        self._driver_root = driver_root
+        self._lock = threading.Lock()
+
+    def _preload(self) -> None:
+        # pynvml loads libnvidia-ml.so.1 by soname; preloading it from the driver root makes that resolve.
+        for d in LIBRARY_DIRS:
+            candidate = Path(self._driver_root) / d.lstrip("/") / "libnvidia-ml.so.1"
+            if candidate.exists():
+                ctypes.CDLL(str(candidate.resolve()), mode=ctypes.RTLD_GLOBAL)
+                return
+
+    def _session(self) -> Any:
+        import pynvml
+
+        self._preload()
+        try:
+            pynvml.nvmlInitWithFlags(pynvml.NVML_INIT_FLAG_NO_GPUS)
+        except pynvml.NVMLError as exc:
+            raise NvmlError(f"NVML init: {exc}") from exc
+        return pynvml
+
+    def driver_version(self) -> str:
+        with self._lock:
+            nv = self._session()
+            try:
+                v = nv.nvmlSystemGetDriverVersion()
+                return v.decode() if isinstance(v, bytes) else str(v)
+            finally:
+                nv.nvmlShutdown()
+
+    @staticmethod
+    def _fabric(nv: Any, handle: Any) -> FabricInfo | None:
+        try:
+            info_v = nv.c_nvmlGpuFabricInfoV_t()
+            nv.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info_v))
+            info: Any = info_v
+        except nv.NVMLError_FunctionNotFound:
+            info = nv.c_nvmlGpuFabricInfo_t()
+            try:
+                nv.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+            except nv.NVMLError_NotSupported:
+                return None
+        except nv.NVMLError_NotSupported:
+            return None
+        return FabricInfo(
+            cluster_uuid=str(uuid.UUID(bytes=bytes(info.clusterUuid))),
+            clique_id=int(info.cliqueId),
+            state=int(info.state) & 0xFF,  # pynvml declares the C unsigned char as c_uint
+            status=int(info.status),
+        )
+
+    def probe(self) -> list[GpuFabric]:
+        with self._lock:
+            nv = self._session()
+            try:
+                out: list[GpuFabric] = []
+                for i in range(nv.nvmlDeviceGetCount()):
+                    handle = nv.nvmlDeviceGetHandleByIndex(i)
+                    raw = nv.nvmlDeviceGetUUID(handle)
+                    gpu_uuid = raw.decode() if isinstance(raw, bytes) else str(raw)
+                    out.append(GpuFabric(i, gpu_uuid, self._fabric(nv, handle)))
+                return out
+            except nv.NVMLError as exc:
+                raise NvmlError(f"NVML probe: {exc}") from exc
+            finally:
+                nv.nvmlShutdown()
+
+
+@dataclass
+class FakeDeviceLib:
+    """A fake node: `gpus` GPUs sharing one fabric info, or no fabric at all (`cluster_uuid` None)."""
+
+    cluster_uuid: str | None
+    clique_id: int = 0
+    state: int = STATE_COMPLETED
+    status: int = NVML_SUCCESS
+    gpus: int = 4
+    version: str = "580.65.06"
+    probes: int = field(default=0, init=False)
+
+    def probe(self) -> list[GpuFabric]:
+        self.probes += 1
+        info = None
+        if self.cluster_uuid is not None:
+            info = FabricInfo(self.cluster_uuid, self.clique_id, self.state, self.status)
+        return [GpuFabric(i, f"GPU-fake-{i:04d}", info) for i in range(self.gpus)]
+
+    def driver_version(self) -> str:
+        return self.version
+
+
+def fake_from_spec(spec: str) -> FakeDeviceLib:
+    """`none`, `CLIQUE_ID` or `CLIQUE_ID:STATE` (STATE a name such as IN_PROGRESS, or 0..3)."""
+    text = spec.strip()
+    if text.lower() == "none":
+        return FakeDeviceLib(cluster_uuid=None)
+    clique, _, state_text = text.partition(":")
+    cluster, dot, number = clique.rpartition(".")
+    try:
+        cluster_uuid = str(uuid.UUID(cluster)) if dot else ""
+        clique_id = int(number)
+    except ValueError as exc:
+        raise InvalidInput(
+            "--fake-nvml", spec, "want none, <clusterUUID>.<cliqueId> or that plus :STATE"
+        ) from exc
+    if not cluster_uuid:
+        raise InvalidInput("--fake-nvml", spec, "want none, <clusterUUID>.<cliqueId> or that plus :STATE")
+    state = STATE_COMPLETED
+    if state_text:
+        by_name = {v: k for k, v in STATE_NAMES.items()}
+        if state_text.upper() in by_name:
+            state = by_name[state_text.upper()]
+        elif state_text.isdigit() and int(state_text) in STATE_NAMES:
+            state = int(state_text)
+        else:
+            raise InvalidInput("--fake-nvml", spec, f"unknown fabric state {state_text!r}")
+    return FakeDeviceLib(cluster_uuid=cluster_uuid, clique_id=clique_id, state=state)
