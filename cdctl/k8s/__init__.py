@@ -1,1 +1,1 @@
-"""The only package that imports kubernetes_asyncio: clients, list+watch loops that become events, API discovery."""
+"""The only package that imports kubernetes_asyncio: clients, list+watch loops, API version discovery."""

@@ -1,0 +1,196 @@
+"""JSON-over-HTTP access to the API server through the kubernetes_asyncio ApiClient, with typed errors.
+
+Every request goes through `KubeApi`: it keeps the client's configuration (host, TLS, bearer-token refresh)
+but sends and receives plain dicts, names the patch content type explicitly (the library would otherwise send
+a dict to a custom resource as a JSON patch), applies the client-side QPS/burst limit, and maps failures to
+cdctl.k8s.errors. `stream()` opens a watch and yields its decoded lines. Called by every cdctl.k8s module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient
+
+from cdctl.k8s.errors import KubeApiError, NotFoundError, TransportError, error_for
+
+JsonObject = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+class TokenBucket:
+    """Client-side rate limit: `qps` tokens a second, up to `burst` saved. qps <= 0 means unlimited."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self._qps = qps
+        self._burst = max(1, burst)
+        self._tokens = float(self._burst)
+        self._stamp = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        if self._qps <= 0:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._qps)
+            self._stamp = now
+            if self._tokens < 1:
+                await asyncio.sleep((1 - self._tokens) / self._qps)
+                self._stamp = time.monotonic()
+                self._tokens = 0.0
+            else:
+                self._tokens -= 1
+
+
+class KubeApi:
+    """Typed-error JSON requests against one cluster; cheap to share between tasks."""
+
+    def __init__(
+        self, client: ApiClient, *, qps: float = 0.0, burst: int = 0, request_timeout_s: float = 30.0
+    ) -> None:
+        self.client = client
+        self._bucket = TokenBucket(qps, burst)
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JsonObject:
+        """Send one request; the decoded JSON answer on 2xx, else the typed error."""
+        await self._bucket.acquire()
+        try:
+            response = await self.client.call_api(
+                path,
+                method,
+                query_params=_query_pairs(query),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise TransportError(f"{method} {path}: {exc!r}") from exc
+        async with response:
+            try:
+                raw = await response.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise TransportError(f"{method} {path}: {exc!r}") from exc
+            if 200 <= response.status < 300:
+                return _decode(raw)
+            raise _status_error(response.status, raw)
+
+    async def get(self, path: str) -> JsonObject:
+        return await self.request("GET", path)
+
+    async def get_or_none(self, path: str) -> JsonObject | None:
+        try:
+            return await self.get(path)
+        except NotFoundError:
+            return None
+
+    async def list_objects(
+        self, path: str, *, label_selector: str | None = None, **query: str | int
+    ) -> JsonObject:
+        params: dict[str, str | int | bool] = dict(query)
+        if label_selector:
+            params["labelSelector"] = label_selector
+        return await self.request("GET", path, query=params)
+
+    async def create(self, path: str, body: JsonObject) -> JsonObject:
+        return await self.request("POST", path, body=body)
+
+    async def replace(self, path: str, body: JsonObject) -> JsonObject:
+        return await self.request("PUT", path, body=body)
+
+    async def merge_patch(self, path: str, patch: JsonObject) -> JsonObject:
+        return await self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    async def json_patch(self, path: str, operations: list[JsonObject]) -> JsonObject:
+        return await self.request("PATCH", path, body=operations, content_type=JSON_PATCH)
+
+    async def delete(self, path: str, *, uid: str | None = None) -> JsonObject:
+        """Delete, optionally only if the object still has `uid` (a precondition)."""
+        body: JsonObject | None = {"preconditions": {"uid": uid}} if uid else None
+        return await self.request("DELETE", path, body=body)
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, query: Mapping[str, str | int | bool]
+    ) -> AsyncIterator[AsyncIterator[JsonObject]]:
+        """Open a watch; the context yields an iterator of decoded watch events (one JSON object per line).
+
+        The caller bounds each read itself: a stalled connection sends nothing and nothing here notices.
+        """
+        await self._bucket.acquire()
+        try:
+            response = await self.client.call_api(
+                path,
+                "GET",
+                query_params=_query_pairs(query),
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=None, connect=30),
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise TransportError(f"WATCH {path}: {exc!r}") from exc
+        async with response:
+            if response.status != 200:
+                raise _status_error(response.status, await response.read())
+            yield _lines(response)
+
+
+async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[JsonObject]:
+    try:
+        async for line in response.content:
+            if line.strip():
+                yield _decode(line)
+    except (aiohttp.ClientError, asyncio.IncompleteReadError) as exc:
+        raise TransportError(f"watch stream dropped: {exc!r}") from exc
+
+
+def _query_pairs(query: Mapping[str, str | int | bool] | None) -> list[tuple[str, str]]:
+    if not query:
+        return []
+    return [(key, _query_value(value)) for key, value in query.items()]
+
+
+def _query_value(value: str | int | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _decode(raw: bytes) -> JsonObject:
+    if not raw:
+        return {}
+    decoded = json.loads(raw)
+    if not isinstance(decoded, dict):
+        raise TransportError(f"expected a JSON object, got {type(decoded).__name__}")
+    return decoded
+
+
+def _status_error(status: int, raw: bytes) -> KubeApiError:
+    reason, message = "", raw.decode("utf-8", "replace")[:500]
+    try:
+        decoded = json.loads(raw)
+        if isinstance(decoded, dict):
+            reason = str(decoded.get("reason", ""))
+            message = str(decoded.get("message", message))
+    except ValueError:
+        pass
+    return error_for(status, reason, message)
