@@ -1,0 +1,270 @@
+"""The kubelet plugin's claim checkpoint as events, and the pure claim state machine.
+
+Every transition of a prepared claim is an event in stream `claim/<uid>` of the node's event log; the
+projections (claim_lifecycle, channel_allocations, checkpoint_transitions) and the plugin's restart path fold
+them. States: PrepareStarted -> PrepareCompleted -> Unprepared, plus PrepareFailed and Invalidated (the node
+rebooted). A Prepare for an allocation that was already unprepared is fenced (ClaimPrepareFenced).
+
+`ClaimRecord` is the pure fold of one claim stream that the plugin keeps in memory (its checkpoint), rebuilt
+from the log on restart. Stream `plugin/<node>` carries `PluginStarted` (the boot id that invalidation uses).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from cdctl.domain.errors import InvalidInput
+from cdctl.domain.events import DomainEvent, JSONDict, event_type, upcaster
+
+
+class ClaimState(StrEnum):
+    PREPARE_STARTED = "PrepareStarted"
+    PREPARE_COMPLETED = "PrepareCompleted"
+    PREPARE_FAILED = "PrepareFailed"
+    UNPREPARED = "Unprepared"
+    INVALIDATED = "Invalidated"
+
+
+def claim_stream(claim_uid: str) -> str:
+    return f"claim/{claim_uid}"
+
+
+def plugin_stream(node: str) -> str:
+    return f"plugin/{node}"
+
+
+CLAIM_STREAM_PREFIX = "claim/"
+
+
+@event_type("ClaimPrepareStarted", version=2)
+@dataclass(frozen=True, slots=True)
+class ClaimPrepareStarted(DomainEvent):
+    """The plugin began preparing a claim for an allocation (identified by `allocation`)."""
+
+    claim_uid: str
+    namespace: str
+    name: str
+    node: str
+    kind: str = "channel"  # "channel" or "daemon"
+    domain_uid: str = ""
+    allocation: str = ""
+    devices: list[str] = field(default_factory=list)
+
+
+@upcaster("ClaimPrepareStarted", 1)
+def _prepare_started_v1_to_v2(data: JSONDict) -> JSONDict:
+    # v1 recorded the claim as one "namespace/name" string and knew only channel claims.
+    namespace, _, name = str(data.pop("claim", "")).partition("/")
+    data.setdefault("namespace", namespace)
+    data.setdefault("name", name)
+    data.setdefault("kind", "channel")
+    return data
+
+
+@event_type("ChannelAllocated")
+@dataclass(frozen=True, slots=True)
+class ChannelAllocated(DomainEvent):
+    """Channels [channel, channel + count) of this node go to the claim (2048 for allocationMode All)."""
+
+    claim_uid: str
+    node: str
+    channel: int
+    domain_uid: str = ""
+    count: int = 1
+
+
+@event_type("ChannelReleased")
+@dataclass(frozen=True, slots=True)
+class ChannelReleased(DomainEvent):
+    claim_uid: str
+    node: str
+    channel: int
+    count: int = 1
+
+
+@event_type("CdiSpecWritten")
+@dataclass(frozen=True, slots=True)
+class CdiSpecWritten(DomainEvent):
+    claim_uid: str
+    path: str
+    device_ids: list[str] = field(default_factory=list)
+
+
+@event_type("ClaimPrepareCompleted")
+@dataclass(frozen=True, slots=True)
+class ClaimPrepareCompleted(DomainEvent):
+    """Prepared; `devices` are the kubelet Device entries returned (request_names, pool_name, device_name,
+    cdi_device_ids), so a repeated Prepare answers from the log."""
+
+    claim_uid: str
+    device_ids: list[str] = field(default_factory=list)
+    devices: list[JSONDict] = field(default_factory=list)
+
+
+@event_type("ClaimPrepareFailed")
+@dataclass(frozen=True, slots=True)
+class ClaimPrepareFailed(DomainEvent):
+    claim_uid: str
+    reason: str
+    retriable: bool = False
+
+
+@event_type("ClaimUnprepared")
+@dataclass(frozen=True, slots=True)
+class ClaimUnprepared(DomainEvent):
+    """Unprepared: `reason` is "kubelet" (NodeUnprepareResources) or "stale" (the plugin's own sweep)."""
+
+    claim_uid: str
+    reason: str = ""
+
+
+@event_type("ClaimInvalidated")
+@dataclass(frozen=True, slots=True)
+class ClaimInvalidated(DomainEvent):
+    """A prepared claim no longer holds: the node's boot id changed since it was prepared."""
+
+    claim_uid: str
+    reason: str
+
+
+@event_type("ClaimPrepareFenced")
+@dataclass(frozen=True, slots=True)
+class ClaimPrepareFenced(DomainEvent):
+    """A Prepare refused because it was for an allocation already unprepared (stale-prepare race)."""
+
+    claim_uid: str
+    allocation: str
+    reason: str
+
+
+# Which state each event moves a claim to; events absent here do not change the state.
+TARGET_STATE: dict[str, ClaimState] = {
+    ClaimPrepareStarted.TYPE: ClaimState.PREPARE_STARTED,
+    ClaimPrepareCompleted.TYPE: ClaimState.PREPARE_COMPLETED,
+    ClaimPrepareFailed.TYPE: ClaimState.PREPARE_FAILED,
+    ClaimUnprepared.TYPE: ClaimState.UNPREPARED,
+    ClaimInvalidated.TYPE: ClaimState.INVALIDATED,
+}
+
+_ALLOWED: dict[ClaimState | None, frozenset[ClaimState]] = {
+    None: frozenset({ClaimState.PREPARE_STARTED, ClaimState.UNPREPARED}),
+    ClaimState.PREPARE_STARTED: frozenset(
+        {
+            ClaimState.PREPARE_STARTED,
+            ClaimState.PREPARE_COMPLETED,
+            ClaimState.PREPARE_FAILED,
+            ClaimState.UNPREPARED,
+            ClaimState.INVALIDATED,
+        }
+    ),
+    ClaimState.PREPARE_COMPLETED: frozenset(
+        {ClaimState.PREPARE_COMPLETED, ClaimState.UNPREPARED, ClaimState.INVALIDATED}
+    ),
+    ClaimState.PREPARE_FAILED: frozenset(
+        {ClaimState.PREPARE_STARTED, ClaimState.UNPREPARED, ClaimState.INVALIDATED}
+    ),
+    ClaimState.UNPREPARED: frozenset({ClaimState.PREPARE_STARTED, ClaimState.UNPREPARED}),
+    ClaimState.INVALIDATED: frozenset({ClaimState.PREPARE_STARTED, ClaimState.UNPREPARED}),
+}
+
+
+def next_state(current: ClaimState | None, event_type_name: str) -> ClaimState | None:
+    """The state after an event, or None if the event does not move the state; raises on an illegal move."""
+    target = TARGET_STATE.get(event_type_name)
+    if target is None:
+        return current
+    if target not in _ALLOWED[current]:
+        raise InvalidInput(
+            "claim", "state", f"{event_type_name} is not allowed in state {current or 'absent'}"
+        )
+    return target
+
+
+@event_type("PluginStarted")
+@dataclass(frozen=True, slots=True)
+class PluginStarted(DomainEvent):
+    """The kubelet plugin started on `node`; `boot_id` decides whether prepared claims still hold."""
+
+    node: str
+    boot_id: str
+    clique_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    """What the node knows about one claim: the fold of its stream (the plugin's checkpoint entry)."""
+
+    claim_uid: str
+    state: ClaimState | None = None
+    version: int = 0
+    namespace: str = ""
+    name: str = ""
+    kind: str = ""
+    domain_uid: str = ""
+    allocation: str = ""
+    requested: tuple[str, ...] = ()
+    channels: tuple[int, ...] = ()
+    cdi_path: str = ""
+    device_ids: tuple[str, ...] = ()
+    devices: tuple[JSONDict, ...] = ()
+    last_error: str = ""
+    last_error_retriable: bool = False
+    ended_version: int = 0  # version of the last Unprepared/Invalidated: fences older in-flight prepares
+
+    @property
+    def active(self) -> bool:
+        """Prepared or being prepared: it may hold devices, a CDI spec, a node label."""
+        return self.state in (
+            ClaimState.PREPARE_STARTED,
+            ClaimState.PREPARE_COMPLETED,
+            ClaimState.PREPARE_FAILED,
+        )
+
+    @property
+    def completed(self) -> bool:
+        return self.state is ClaimState.PREPARE_COMPLETED
+
+
+def fold(record: ClaimRecord, event: DomainEvent, version: int) -> ClaimRecord:
+    """Apply one event of the claim stream at `version`. Pure; raises InvalidInput on illegal moves."""
+    state = next_state(record.state, event.TYPE)
+    r = dataclasses.replace(record, state=state, version=version)
+    if isinstance(event, ClaimPrepareStarted):
+        fresh = record.state not in (ClaimState.PREPARE_STARTED, ClaimState.PREPARE_FAILED)
+        return dataclasses.replace(
+            r,
+            namespace=event.namespace or r.namespace,
+            name=event.name or r.name,
+            kind=event.kind,
+            domain_uid=event.domain_uid,
+            allocation=event.allocation,
+            requested=tuple(event.devices),
+            channels=() if fresh else r.channels,
+            cdi_path="" if fresh else r.cdi_path,
+            device_ids=(),
+            devices=(),
+            last_error="" if fresh else r.last_error,
+        )
+    if isinstance(event, ChannelAllocated):
+        new = tuple(range(event.channel, event.channel + event.count))
+        return dataclasses.replace(
+            r, channels=tuple(sorted(set(r.channels) | set(new))), domain_uid=event.domain_uid or r.domain_uid
+        )
+    if isinstance(event, ChannelReleased):
+        gone = set(range(event.channel, event.channel + event.count))
+        return dataclasses.replace(r, channels=tuple(c for c in r.channels if c not in gone))
+    if isinstance(event, CdiSpecWritten):
+        return dataclasses.replace(r, cdi_path=event.path, device_ids=tuple(event.device_ids))
+    if isinstance(event, ClaimPrepareCompleted):
+        return dataclasses.replace(
+            r, device_ids=tuple(event.device_ids), devices=tuple(event.devices), last_error=""
+        )
+    if isinstance(event, ClaimPrepareFailed):
+        return dataclasses.replace(r, last_error=event.reason, last_error_retriable=event.retriable)
+    if isinstance(event, ClaimUnprepared | ClaimInvalidated):
+        return dataclasses.replace(
+            r, channels=(), cdi_path="", device_ids=(), devices=(), ended_version=version
+        )
+    return r
