@@ -1,0 +1,123 @@
+{{/*
+Names, labels, the image reference, the effective feature gates and the resource API version, shared by every
+template. Keep the gate defaults here in step with cdctl's own (and files/deviceclasses.yaml, which
+cdctl/sim/chart.py renders the same way).
+*/}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "cdctl.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* "<release>-<chart>" (just the release when it already contains the chart name), or fullnameOverride. */}}
+{{- define "cdctl.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels on every object the chart installs. */}}
+{{- define "cdctl.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "cdctl.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of one component; call with (dict "root" $ "component" "controller"). */}}
+{{- define "cdctl.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "cdctl.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The image reference; the tag defaults to the chart's appVersion. */}}
+{{- define "cdctl.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Service account names. The daemon's is fixed: the controller puts it into every daemon DaemonSet. */}}
+{{- define "cdctl.controllerServiceAccount" -}}
+{{- printf "%s-controller" (include "cdctl.fullname" .) -}}
+{{- end -}}
+{{- define "cdctl.kubeletPluginServiceAccount" -}}
+{{- printf "%s-kubelet-plugin" (include "cdctl.fullname" .) -}}
+{{- end -}}
+{{- define "cdctl.daemonServiceAccount" -}}
+compute-domain-daemon-service-account
+{{- end -}}
+
+{{/* Namespaces the controller manages daemons in: the release namespace, then additionalNamespaces. */}}
+{{- define "cdctl.managedNamespaces" -}}
+{{- $namespaces := list .Release.Namespace -}}
+{{- range .Values.additionalNamespaces -}}
+{{- $namespaces = append $namespaces . -}}
+{{- end -}}
+{{- $namespaces | uniq | join "," -}}
+{{- end -}}
+
+{{/*
+The effective value ("true"/"false") of one feature gate; call with (dict "root" $ "gate" "HostManagedIMEX").
+HostManagedIMEX forces IMEXDaemonsWithDNSNames and ComputeDomainCliques off, as the components do.
+*/}}
+{{- define "cdctl.gate" -}}
+{{- $defaults := dict "IMEXDaemonsWithDNSNames" true "ComputeDomainCliques" true "CrashOnNVLinkFabricErrors" true "HostManagedIMEX" false -}}
+{{- $gates := .root.Values.featureGates -}}
+{{- $value := index $defaults .gate -}}
+{{- if hasKey $gates .gate -}}
+{{- $value = index $gates .gate -}}
+{{- end -}}
+{{- if and (has .gate (list "IMEXDaemonsWithDNSNames" "ComputeDomainCliques")) (index $gates "HostManagedIMEX") -}}
+{{- $value = false -}}
+{{- end -}}
+{{- ternary "true" "false" $value -}}
+{{- end -}}
+
+{{/* "true" when the driver runs the IMEX daemons itself (HostManagedIMEX off). */}}
+{{- define "cdctl.driverManaged" -}}
+{{- ternary "false" "true" (eq (include "cdctl.gate" (dict "root" . "gate" "HostManagedIMEX")) "true") -}}
+{{- end -}}
+
+{{/* FEATURE_GATES: the gates set in values, sorted, "Name=value" joined by commas (empty: all defaults). */}}
+{{- define "cdctl.featureGates" -}}
+{{- $pairs := list -}}
+{{- range $name, $value := .Values.featureGates -}}
+{{- $pairs = append $pairs (printf "%s=%t" $name $value) -}}
+{{- end -}}
+{{- $pairs | join "," -}}
+{{- end -}}
+
+{{/* The resource.k8s.io version of DeviceClasses: resourceApiVersion, else the newest the cluster serves. */}}
+{{- define "cdctl.resourceApiVersion" -}}
+{{- if .Values.resourceApiVersion -}}
+{{- printf "resource.k8s.io/%s" .Values.resourceApiVersion -}}
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1" -}}
+resource.k8s.io/v1
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta2" -}}
+resource.k8s.io/v1beta2
+{{- else -}}
+resource.k8s.io/v1beta1
+{{- end -}}
+{{- end -}}
+
+{{/* The kubelet plugin's data directory on the host (DRA socket, event log, per-domain IMEX directories). */}}
+{{- define "cdctl.pluginDataDirectory" -}}
+{{- printf "%s/compute-domain.nvidia.com" (trimSuffix "/" .Values.kubeletPluginsDirectoryPath) -}}
+{{- end -}}
+
+{{/* CD_DAEMON_IMAGE_PULL_SECRET_NAMES: the imagePullSecrets names joined by commas. */}}
+{{- define "cdctl.pullSecretNames" -}}
+{{- $names := list -}}
+{{- range .Values.imagePullSecrets -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- $names | join "," -}}
+{{- end -}}
