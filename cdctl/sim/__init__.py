@@ -1,1 +1,1 @@
-"""The simulated cluster behind 'cdctl sim' and the integration tests: API server, stand-in controllers, fakes."""
+"""The simulated cluster behind `cdctl sim` and the integration tests: API server, stand-ins, fakes."""

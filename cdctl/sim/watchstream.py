@@ -1,0 +1,119 @@
+"""The HTTP side of watch: streams ADDED/MODIFIED/DELETED/BOOKMARK lines as the API server does.
+
+Called by cdctl.sim.handlers for `?watch=true` (any case). Without a resourceVersion (or with "0") the current
+objects come first as ADDED; with one, the retained history after it is replayed, or an ERROR event carrying a
+410 Expired Status is sent when it is older than the window. `timeoutSeconds` ends the stream (with a final
+bookmark when bookmarks are allowed), and so do `ApiServer.drop_watches()` and restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from cdctl.sim.conversion import convert
+from cdctl.sim.errors import BadRequest, Gone
+from cdctl.sim.resources import ResourceType
+from cdctl.sim.selectors import ObjectFilter
+from cdctl.sim.settings import ServerSettings
+from cdctl.sim.store import ObjectStore
+from cdctl.sim.watch import Watcher
+
+
+def _line(event_type: str, obj: dict[str, Any]) -> bytes:
+    return (json.dumps({"type": event_type, "object": obj}) + "\n").encode()
+
+
+def _bookmark(resource_type: ResourceType, resource_version: str) -> bytes:
+    return _line(
+        "BOOKMARK",
+        {
+            "kind": resource_type.kind,
+            "apiVersion": resource_type.api_version,
+            "metadata": {"resourceVersion": resource_version},
+        },
+    )
+
+
+def _since(raw: str | None) -> int | None:
+    if raw in (None, "", "0"):
+        return None
+    try:
+        return int(str(raw))
+    except ValueError as error:
+        raise BadRequest(f"invalid resourceVersion {raw!r}") from error
+
+
+async def serve_watch(
+    request: web.Request,
+    store: ObjectStore,
+    resource_type: ResourceType,
+    namespace: str | None,
+    matches: ObjectFilter,
+    settings: ServerSettings,
+) -> web.StreamResponse:
+    storage = store.type_of(resource_type.group, resource_type.plural)
+    since = _since(request.query.get("resourceVersion"))
+    timeout_raw = request.query.get("timeoutSeconds")
+    timeout = float(timeout_raw) if timeout_raw else settings.default_watch_timeout_s
+    bookmarks = (request.query.get("allowWatchBookmarks") or "").lower() == "true"
+
+    response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+
+    initial: list[dict[str, Any]] = []
+    try:
+        if since is None:
+            initial, _ = store.list_objects(storage, namespace, matches)
+            watcher = store.watch(storage, namespace, matches, since=None)
+        else:
+            watcher = store.watch(storage, namespace, matches, since=since)
+    except Gone as gone:
+        await response.write(_line("ERROR", gone.status_body()))
+        await response.write_eof()
+        return response
+
+    try:
+        for obj in initial:
+            await response.write(_line("ADDED", convert(obj, storage, resource_type)))
+        await _pump(response, watcher, store, storage, resource_type, timeout, bookmarks, settings)
+        await response.write_eof()
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        store.hub.release(watcher)
+    return response
+
+
+async def _pump(
+    response: web.StreamResponse,
+    watcher: Watcher,
+    store: ObjectStore,
+    storage: ResourceType,
+    resource_type: ResourceType,
+    duration_s: float,
+    bookmarks: bool,
+    settings: ServerSettings,
+) -> None:
+    deadline = time.monotonic() + duration_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            if bookmarks:
+                await response.write(_bookmark(resource_type, store.resource_version))
+            return
+        wait = min(remaining, settings.bookmark_interval_s) if bookmarks else remaining
+        try:
+            event = await asyncio.wait_for(watcher.next(), timeout=wait)
+        except TimeoutError:
+            if bookmarks and time.monotonic() < deadline:
+                await response.write(_bookmark(resource_type, store.resource_version))
+            continue
+        if event is None:
+            return
+        await response.write(_line(event.type, convert(event.obj, storage, resource_type)))
