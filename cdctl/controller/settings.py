@@ -1,0 +1,63 @@
+"""The controller's settings: one frozen dataclass built by `cdctl controller` from flags and environment.
+
+Field names follow the flags of reference section 7 (cdctl.cli.controller maps each flag to one field).
+Read by every controller module; never mutated after start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cdctl.api.gates import FeatureGates, defaults
+
+
+@dataclass(frozen=True)
+class LeaderElectionSettings:
+    enabled: bool = False
+    lease_lock_namespace: str = "default"
+    lease_lock_name: str = "nvidia-compute-domain-controller"
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    pod_name: str
+    image_name: str
+    log_verbosity_cd_daemon: int
+    namespace: str = "default"
+    daemon_image_pull_secret_names: tuple[str, ...] = ()
+    max_nodes_per_imex_domain: int = 18
+    additional_namespaces: tuple[str, ...] = ()
+    feature_gates: FeatureGates = field(default_factory=defaults)
+    leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
+    http_endpoint: str = ""
+    metrics_path: str = "/metrics"
+    pprof_path: str = ""
+    kubeconfig: str | None = None
+    kube_api_qps: float = 5.0
+    kube_api_burst: int = 10
+    resource_api_version: str | None = None
+    db_path: str = ""
+    workers: int = 16
+    cleanup_interval_s: float = 600.0
+    watch_timeout_s: int = 300
+
+    @property
+    def managed_namespaces(self) -> tuple[str, ...]:
+        """The driver namespace, then each additional namespace once (order kept)."""
+        seen: dict[str, None] = {self.namespace: None}
+        for namespace in self.additional_namespaces:
+            if namespace:
+                seen.setdefault(namespace, None)
+        return tuple(seen)
+
+    @property
+    def driver_managed_daemons(self) -> bool:
+        """Whether the controller runs per-domain IMEX daemons (not so under HostManagedIMEX)."""
+        return not self.feature_gates.enabled("HostManagedIMEX")
+
+    @property
+    def controller_keeps_cliques(self) -> bool:
+        return self.feature_gates.enabled("ComputeDomainCliques")
