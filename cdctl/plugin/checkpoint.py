@@ -1,0 +1,143 @@
+"""The plugin's claim checkpoint, kept as events in the node's event log instead of a JSON file.
+
+Called by the prepare/unprepare path (cdctl.plugin.prepare) and at plugin start-up. `ClaimBook.load` folds
+every `claim/<uid>` stream into `ClaimRecord`s (cdctl.domain.claims.fold); `append` writes a decision's events
+atomically with the stream version it was based on (optimistic concurrency) and folds them into memory only
+after they are durable. `observe_boot` records the boot id and invalidates the prepared claims of an older
+boot (the Go driver's checkpoint invalidation, issue 951).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import structlog
+
+from cdctl.domain import claims as c
+from cdctl.domain.events import Actor, DomainEvent, NewEvent, decode
+from cdctl.store import EventStore, StreamAppend
+
+log = structlog.get_logger("cdctl.plugin.checkpoint")
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+_READ_BATCH = 5000
+
+
+def read_boot_id(path: str = BOOT_ID_PATH) -> str:
+    """The kernel's boot id, trimmed (an unreadable file gives "", which never invalidates)."""
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+class ClaimBook:
+    """In-memory fold of the node's claim streams, written through to the event log."""
+
+    def __init__(self, store: EventStore, node: str, actor: Actor) -> None:
+        self.store = store
+        self.node = node
+        self.actor = actor
+        self._records: dict[str, c.ClaimRecord] = {}
+        self._boot_id = ""
+        self._plugin_version = 0
+
+    @classmethod
+    async def load(cls, store: EventStore, node: str, actor: Actor | None = None) -> ClaimBook:
+        book = cls(store, node, actor or Actor("kubelet-plugin", node=node))
+        after = 0
+        plugin_stream = c.plugin_stream(node)
+        while True:
+            batch = await store.read_all(after=after, limit=_READ_BATCH)
+            if not batch:
+                break
+            for rec in batch:
+                after = rec.position
+                if rec.stream.startswith(c.CLAIM_STREAM_PREFIX):
+                    uid = rec.stream[len(c.CLAIM_STREAM_PREFIX) :]
+                    current = book._records.get(uid) or c.ClaimRecord(uid)
+                    book._records[uid] = c.fold(current, decode(rec), rec.version)
+                elif rec.stream == plugin_stream:
+                    ev = decode(rec)
+                    book._plugin_version = rec.version
+                    if isinstance(ev, c.PluginStarted):
+                        book._boot_id = ev.boot_id
+        return book
+
+    def get(self, uid: str) -> c.ClaimRecord | None:
+        return self._records.get(uid)
+
+    def version(self, uid: str) -> int:
+        rec = self._records.get(uid)
+        return rec.version if rec else 0
+
+    def records(self) -> Iterable[c.ClaimRecord]:
+        return self._records.values()
+
+    def active(self) -> list[c.ClaimRecord]:
+        return [r for r in self._records.values() if r.active]
+
+    @property
+    def boot_id(self) -> str:
+        return self._boot_id
+
+    async def append(
+        self, uid: str, events: Sequence[DomainEvent], *, expected_version: int | None = None
+    ) -> c.ClaimRecord:
+        """Append `events` to `claim/<uid>` atomically; fold them once durable. Raises ConcurrencyConflict."""
+        current = self._records.get(uid) or c.ClaimRecord(uid)
+        expected = current.version if expected_version is None else expected_version
+        # Check the moves before writing, so an illegal transition never reaches the log.
+        probe = current
+        for i, ev in enumerate(events, start=1):
+            probe = c.fold(probe, ev, current.version + i)
+        recorded = await self.store.append(
+            c.claim_stream(uid), [NewEvent.of(ev, actor=self.actor) for ev in events], expected
+        )
+        rec = current
+        for ev, stored in zip(events, recorded, strict=True):
+            rec = c.fold(rec, ev, stored.version)
+        self._records[uid] = rec
+        return rec
+
+    async def observe_boot(self, boot_id: str, clique_id: str = "") -> list[c.ClaimRecord]:
+        """Record this start's boot id; if it differs from the last one, invalidate every active claim.
+
+        Returns the records as they were before invalidation (their CDI specs are the caller's to remove).
+        """
+        invalidated: list[c.ClaimRecord] = []
+        appends: list[StreamAppend] = []
+        if self._boot_id and boot_id and boot_id != self._boot_id:
+            reason = f"boot id changed from {self._boot_id} to {boot_id}"
+            for rec in self.active():
+                events: list[DomainEvent] = []
+                if rec.channels:
+                    events.append(
+                        c.ChannelReleased(rec.claim_uid, self.node, rec.channels[0], len(rec.channels))
+                    )
+                events.append(c.ClaimInvalidated(rec.claim_uid, reason))
+                appends.append(
+                    StreamAppend(
+                        c.claim_stream(rec.claim_uid),
+                        [NewEvent.of(e, actor=self.actor) for e in events],
+                        rec.version,
+                    )
+                )
+                invalidated.append(rec)
+            log.warning("invalidating checkpoint", reason=reason, claims=len(invalidated))
+        started = c.PluginStarted(self.node, boot_id, clique_id)
+        appends.append(
+            StreamAppend(
+                c.plugin_stream(self.node), [NewEvent.of(started, actor=self.actor)], self._plugin_version
+            )
+        )
+        recorded = await self.store.append_batch(appends)
+        for stored in recorded:
+            if stored.stream.startswith(c.CLAIM_STREAM_PREFIX):
+                uid = stored.stream[len(c.CLAIM_STREAM_PREFIX) :]
+                self._records[uid] = c.fold(self._records[uid], decode(stored), stored.version)
+            else:
+                self._plugin_version = stored.version
+        self._boot_id = boot_id or self._boot_id
+        return invalidated

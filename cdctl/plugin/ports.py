@@ -1,0 +1,32 @@
+"""What the prepare path needs from the cluster, as a small interface: it runs without Kubernetes in tests.
+
+Implemented over the API server by cdctl.k8s.plugincluster (the plugin process) and by an in-memory fake in
+the tests. Errors: implementations raise cdctl.domain.errors.RetriableError for conditions that may clear (API
+unreachable, another domain's label on the node) and PermanentError for the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from cdctl.api.refs import DomainInfo
+
+
+class ClusterPort(Protocol):
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ResourceClaim as JSON, or None when it does not exist."""
+
+    async def get_compute_domain(self, uid: str) -> DomainInfo | None:
+        """The ComputeDomain with this UID (any namespace), or None when it is unknown."""
+
+    async def add_node_label(self, node: str, domain_uid: str) -> None:
+        """Label the node with the domain's UID; another domain's UID already there is retriable."""
+
+    async def remove_node_label(self, node: str, domain_uid: str) -> None:
+        """Remove the label only if it still names this domain."""
+
+    async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
+        """Whether this node's IMEX daemon of the domain reports Ready (clique object, else domain status)."""
+
+    async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
+        """Record a Kubernetes Event on the Node (best effort)."""

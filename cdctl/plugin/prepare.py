@@ -1,0 +1,362 @@
+"""Prepare and Unprepare of compute-domain claims on this node: every step and check of the Go plugin.
+
+Called by cdctl.plugin.driver for each claim of a NodePrepareResources / NodeUnprepareResources call (one
+attempt each; the driver retries retriable errors within the kubelet's budget) and by the stale-claim sweep.
+Each attempt runs under the node lock. Events go to the claim stream before the world changes (node label,
+CDI file) and the outcome after: PrepareStarted, ChannelAllocated, CdiSpecWritten + PrepareCompleted, or
+PrepareFailed; Unprepare appends ChannelReleased + Unprepared. A prepare attempt that began before the claim
+was last unprepared or invalidated is fenced (Go issue 1162).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from cdctl.api.configs import ChannelConfig, DaemonConfig
+from cdctl.api.refs import DomainInfo
+from cdctl.domain import claims as c
+from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
+from cdctl.domain.events import DomainEvent
+from cdctl.plugin import cdi
+from cdctl.plugin.checkpoint import ClaimBook
+from cdctl.plugin.devices import (
+    CHANNEL,
+    DAEMON,
+    MAX_CHANNELS,
+    AllocatedClaim,
+    AllocationResult,
+    ClaimRef,
+    OpaqueConfig,
+    assert_imex_channel_not_allocated,
+    device_type,
+    get_config_results_map,
+    get_opaque_device_configs,
+    requested_non_admin_devices,
+    validate_no_overlapping_prepared_devices,
+)
+from cdctl.plugin.ports import ClusterPort
+
+log = structlog.get_logger("cdctl.plugin.prepare")
+
+TEMPLATE_NAME = "compute-domain-daemon-config.tmpl.cfg"
+NOT_READY_DELAY = 0.5
+
+
+class PrepareFenced(PermanentError):
+    """The prepare began before the claim was unprepared: it must not (re)create anything."""
+
+
+@dataclass
+class FabricStatus:
+    """The node's clique ID and, while the fabric is not COMPLETED (strict mode), why."""
+
+    clique_id: str = ""
+    pending: str | None = None
+
+
+@dataclass(frozen=True)
+class PrepareSettings:
+    node: str
+    plugin_dir: Path  # <kubelet plugins dir>/compute-domain.nvidia.com
+    cdi_root: Path
+    proc_devices: str = cdi.DEFAULT_PROC_DEVICES
+    fabric_imex_mgmt_cap: str = cdi.FABRIC_IMEX_MGMT_CAP
+    host_managed: bool = False
+    fsync: bool = True
+
+
+@dataclass
+class _Prepared:
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    cdi_devices: list[cdi.ClaimDevice] = field(default_factory=list)
+
+
+def _device_entry(result: AllocationResult, ids: list[str]) -> dict[str, Any]:
+    return {
+        "request_names": [result.request.split("/", 1)[0]],
+        "pool_name": result.pool,
+        "device_name": result.device,
+        "cdi_device_ids": ids,
+    }
+
+
+class DeviceState:
+    """Prepares and unprepares claims against the claim book (event log), CDI root and cluster port."""
+
+    def __init__(
+        self, settings: PrepareSettings, book: ClaimBook, cluster: ClusterPort, fabric: FabricStatus
+    ) -> None:
+        self.settings = settings
+        self.book = book
+        self.cluster = cluster
+        self.fabric = fabric
+        self.lock = asyncio.Lock()
+        self._majors: dict[str, int] = {}
+
+    # ---------------------------------------------------------------- prepare
+
+    async def prepare(self, claim: AllocatedClaim, fence_version: int) -> list[dict[str, Any]]:
+        """One attempt; the kubelet Device entries on success. Raises RetriableError or PermanentError."""
+        async with self.lock:
+            try:
+                return await self._prepare(claim, fence_version)
+            except PrepareFenced:
+                raise
+            except CdctlError as exc:
+                await self._record_failure(claim.ref.uid, str(exc), isinstance(exc, RetriableError))
+                raise
+
+    async def _prepare(self, claim: AllocatedClaim, fence_version: int) -> list[dict[str, Any]]:
+        uid = claim.ref.uid
+        rec = self.book.get(uid)
+        if rec is not None and rec.ended_version > fence_version:
+            reason = f"claim {claim.ref} was unprepared after this prepare began; refusing a stale prepare"
+            await self.book.append(uid, [c.ClaimPrepareFenced(uid, claim.allocation_id, reason)])
+            raise PrepareFenced(reason)
+        if rec is not None and rec.completed:
+            if rec.allocation == claim.allocation_id:
+                return [dict(d) for d in rec.devices]
+            raise RetriableError(
+                f"claim {claim.ref} is prepared for another allocation; waiting for its unprepare"
+            )
+        await self._start(claim, rec)
+        validate_no_overlapping_prepared_devices(claim, self.book.records())
+        obj = f"ResourceClaim {claim.ref.namespace}/{claim.ref.name}"
+        configs = get_opaque_device_configs(claim.configs, strict=True, obj=obj)
+        out = _Prepared()
+        for opaque, results in get_config_results_map(claim, configs):
+            opaque.config.validate("default config" if opaque.default else obj)
+            if isinstance(opaque.config, ChannelConfig):
+                await self._apply_channel(claim, opaque.config, results, out)
+            else:
+                assert isinstance(opaque.config, DaemonConfig)
+                await self._apply_daemon(claim, opaque, results, out)
+        events: list[DomainEvent] = []
+        ids = [i for d in out.devices for i in d["cdi_device_ids"]]
+        if out.cdi_devices:
+            path = cdi.claim_spec_path(self.settings.cdi_root, uid)
+            spec = cdi.build_claim_spec(uid, out.cdi_devices)
+            await asyncio.to_thread(cdi.write_spec, path, spec, fsync=self.settings.fsync)
+            events.append(c.CdiSpecWritten(uid, str(path), ids))
+        events.append(c.ClaimPrepareCompleted(uid, ids, out.devices))
+        await self.book.append(uid, events)
+        log.info("prepared claim", claim=str(claim.ref), devices=ids)
+        return out.devices
+
+    def _peek(self, claim: AllocatedClaim) -> tuple[str, str]:
+        """Best-effort (kind, domain uid) for the PrepareStarted event; the strict pass comes after."""
+        try:
+            configs = get_opaque_device_configs(claim.configs, strict=False)
+            for opaque, _ in reversed(get_config_results_map(claim, configs)):
+                kind = CHANNEL if isinstance(opaque.config, ChannelConfig) else DAEMON
+                return kind, opaque.config.domain_id
+        except CdctlError:
+            pass
+        for r in claim.own_results():
+            typed = device_type(r.device)
+            if typed:
+                return typed[0], ""
+        return "", ""
+
+    async def _start(self, claim: AllocatedClaim, rec: c.ClaimRecord | None) -> None:
+        if (
+            rec is not None
+            and rec.state is c.ClaimState.PREPARE_STARTED
+            and rec.allocation == claim.allocation_id
+        ):
+            return  # a retry of the same prepare: already started
+        kind, domain = self._peek(claim)
+        started = c.ClaimPrepareStarted(
+            claim.ref.uid,
+            claim.ref.namespace,
+            claim.ref.name,
+            self.settings.node,
+            kind=kind,
+            domain_uid=domain,
+            allocation=claim.allocation_id,
+            devices=requested_non_admin_devices(claim),
+        )
+        await self.book.append(claim.ref.uid, [started])
+
+    async def _record_failure(self, uid: str, reason: str, retriable: bool) -> None:
+        rec = self.book.get(uid)
+        if rec is None or rec.state is not c.ClaimState.PREPARE_STARTED:
+            return
+        if retriable and rec.last_error == reason:
+            return  # the same retriable condition again: one event is enough
+        await self.book.append(uid, [c.ClaimPrepareFailed(uid, reason, retriable)])
+
+    def _major(self, name: str) -> int:
+        if name not in self._majors:
+            self._majors[name] = cdi.device_major(name, self.settings.proc_devices)
+        return self._majors[name]
+
+    async def _domain(self, domain_id: str, what: str) -> DomainInfo:
+        domain = await self.cluster.get_compute_domain(domain_id)
+        if domain is None:
+            # Permanent in the Go driver; an informer that has not caught up yet makes it retriable here.
+            raise RetriableError(f"{what} not found: {domain_id}", delay=NOT_READY_DELAY)
+        return domain
+
+    async def _apply_channel(
+        self, claim: AllocatedClaim, config: ChannelConfig, results: list[AllocationResult], out: _Prepared
+    ) -> None:
+        s = self.settings
+        if len(results) != 1:
+            raise PermanentError(f"applyComputeDomainChannelConfig: unexpected results: {len(results)}")
+        if s.host_managed and config.all_channels:
+            raise PermanentError("allocationMode All is not supported with HostManagedIMEX")
+        count = MAX_CHANNELS if config.all_channels else 1
+        uid = claim.ref.uid
+        assert_imex_channel_not_allocated(self.book.records(), 0, uid)
+        domain = await self._domain(config.domain_id, "ComputeDomain")
+        if domain.namespace != claim.ref.namespace:
+            raise PermanentError(
+                "the ResourceClaim's namespace is different than the ComputeDomain's namespace"
+            )
+        if self.fabric.pending is not None:
+            raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
+        clique = self.fabric.clique_id
+        if s.host_managed and not clique:
+            raise PermanentError(
+                "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
+            )
+        rec = self.book.get(uid)
+        if rec is None or len(rec.channels) < count:
+            await self.book.append(uid, [c.ChannelAllocated(uid, s.node, 0, domain.uid, count)])
+        if not s.host_managed:
+            await self.cluster.add_node_label(s.node, domain.uid)
+            if not await self.cluster.daemon_ready(domain, s.node, clique):
+                raise RetriableError("current node not ready in ComputeDomain", delay=NOT_READY_DELAY)
+        result = results[0]
+        ids: list[str] = []
+        if clique:
+            major = self._major(cdi.CHANNEL_DEVICE_MAJOR_NAME)
+            nodes = tuple(cdi.channel_device_node(n, major) for n in range(count))
+            out.cdi_devices.append(cdi.ClaimDevice(result.device, cdi.ContainerEdits(device_nodes=nodes)))
+            ids.append(cdi.claim_device_id(uid, result.device))
+        out.devices.append(_device_entry(result, ids))
+
+    async def _apply_daemon(
+        self, claim: AllocatedClaim, opaque: OpaqueConfig, results: list[AllocationResult], out: _Prepared
+    ) -> None:
+        s = self.settings
+        if s.host_managed:
+            raise PermanentError("daemon claims are disabled under HostManagedIMEX")
+        if len(results) != 1:
+            raise PermanentError(
+                f"only expected 1 device for requests '{list(opaque.requests)}' in claim '{claim.ref.uid}'"
+            )
+        if self.fabric.pending is not None:
+            raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
+        domain_id = opaque.config.domain_id
+        root = s.plugin_dir / "domains" / domain_id
+        await asyncio.to_thread(self._write_template, root)
+        domain = await self._domain(domain_id, "compute domain")
+        clique = self.fabric.clique_id
+        env = (
+            f"CLIQUE_ID={clique}",
+            f"COMPUTE_DOMAIN_UUID={domain.uid}",
+            f"COMPUTE_DOMAIN_NAME={domain.name}",
+            f"COMPUTE_DOMAIN_NAMESPACE={domain.namespace}",
+        )
+        nodes: tuple[cdi.DeviceNode, ...] = ()
+        if clique:
+            cap = cdi.read_capability(s.fabric_imex_mgmt_cap)
+            major = self._major(cdi.CAPS_DEVICE_MAJOR_NAME)
+            nodes = (cdi.DeviceNode(f"/dev/nvidia-caps/nvidia-cap{cap.minor}", major, cap.minor, cap.mode),)
+        edits = cdi.ContainerEdits(env=env, device_nodes=nodes, mounts=(cdi.Mount(str(root), "/imexd"),))
+        result = results[0]
+        out.cdi_devices.append(cdi.ClaimDevice(result.device, edits))
+        ids = [cdi.BASE_DEVICE_ID, cdi.claim_device_id(claim.ref.uid, result.device)]
+        out.devices.append(_device_entry(result, ids))
+
+    @staticmethod
+    def _write_template(root: Path) -> None:
+        root.mkdir(mode=0o755, parents=True, exist_ok=True)
+        text = (resources.files("cdctl.plugin") / "templates" / TEMPLATE_NAME).read_text()
+        target = root / "imexd.cfg.tmpl"
+        tmp = root / ".imexd.cfg.tmpl.tmp"
+        tmp.write_text(text)
+        tmp.chmod(0o644)
+        tmp.replace(target)
+
+    # -------------------------------------------------------------- unprepare
+
+    async def unprepare(self, ref: ClaimRef, reason: str = "kubelet") -> bool:
+        """Undo a prepare; a claim this node never prepared (or already unprepared) is a no-op (False)."""
+        async with self.lock:
+            rec = self.book.get(ref.uid)
+            if rec is None or rec.state in (None, c.ClaimState.UNPREPARED):
+                log.debug("Unprepare noop: claim not found in checkpoint data", claim=str(ref))
+                return False
+            s = self.settings
+            if rec.kind == CHANNEL and rec.domain_uid and not s.host_managed:
+                await self.cluster.remove_node_label(s.node, rec.domain_uid)
+            await asyncio.to_thread(cdi.remove_spec, cdi.claim_spec_path(s.cdi_root, ref.uid))
+            events: list[DomainEvent] = []
+            if rec.channels:
+                events.append(c.ChannelReleased(ref.uid, s.node, rec.channels[0], len(rec.channels)))
+            events.append(c.ClaimUnprepared(ref.uid, reason))
+            await self.book.append(ref.uid, events)
+            log.info("unprepared claim", claim=str(ref), reason=reason)
+            return True
+
+    # ------------------------------------------------------------ background
+
+    async def sweep_stale(self) -> list[str]:
+        """Unprepare partially prepared claims whose ResourceClaim is gone or replaced; their UIDs."""
+        swept: list[str] = []
+        for rec in list(self.book.records()):
+            if rec.state not in (c.ClaimState.PREPARE_STARTED, c.ClaimState.PREPARE_FAILED) or not rec.name:
+                continue
+            try:
+                obj = await self.cluster.get_claim(rec.namespace, rec.name)
+            except CdctlError as exc:
+                log.info(
+                    "Checkpointed RC cleanup: lookup failed, next round", claim=rec.claim_uid, error=str(exc)
+                )
+                continue
+            current_uid = ((obj or {}).get("metadata") or {}).get("uid")
+            ref = ClaimRef(rec.claim_uid, rec.namespace, rec.name)
+            if obj is None or current_uid != rec.claim_uid:
+                if await self.unprepare(ref, reason="stale"):
+                    log.info("Checkpointed RC cleanup: unprepared stale claim", claim=str(ref))
+                    swept.append(rec.claim_uid)
+            else:
+                log.info("partially prepared claim not stale", claim=str(ref))
+        return swept
+
+    def remove_orphan_specs(self) -> list[Path]:
+        """Claim CDI specs on disk whose claim is not active in the log (e.g. after a crash): removed."""
+        prefix = f"{cdi.VENDOR}-{cdi.CLAIM_CLASS}_"
+        removed: list[Path] = []
+        root = self.settings.cdi_root
+        if not root.is_dir():
+            return removed
+        for path in root.glob(f"{prefix}*.yaml"):
+            uid = path.name[len(prefix) : -len(".yaml")]
+            rec = self.book.get(uid)
+            if rec is None or not rec.active:
+                cdi.remove_spec(path)
+                removed.append(path)
+        return removed
+
+    async def cleanup_domain_dirs(self) -> list[str]:
+        """Remove `domains/<uid>` directories of ComputeDomains that are gone (never touches labels)."""
+        base = self.settings.plugin_dir / "domains"
+        removed: list[str] = []
+        if not base.is_dir():
+            return removed
+        for entry in base.iterdir():
+            if entry.is_dir() and await self.cluster.get_compute_domain(entry.name) is None:
+                await asyncio.to_thread(shutil.rmtree, entry, True)
+                removed.append(entry.name)
+        return removed

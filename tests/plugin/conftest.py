@@ -1,0 +1,62 @@
+"""Shared fixtures for the plugin tests: a node environment (paths, fake /proc files) and a device state."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cdctl.api.refs import DomainInfo
+from cdctl.plugin.checkpoint import ClaimBook
+from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
+from cdctl.store import InMemoryEventStore
+from tests.plugin.fakes import FakeCluster
+
+CLIQUE = "6a130f54-faaa-4b8f-847f-be44ab70f917.32766"
+PROC_DEVICES = (
+    "Character devices:\n195 nvidia\n234 nvidia-caps-imex-channels\n235 nvidia-caps\n\nBlock devices:\n"
+)
+
+
+@dataclass
+class Node:
+    tmp: Path
+    settings: PrepareSettings
+    store: InMemoryEventStore
+    cluster: FakeCluster
+    fabric: FabricStatus
+    state: DeviceState
+
+    async def restart(self) -> DeviceState:
+        book = await ClaimBook.load(self.store, self.settings.node)
+        self.state = DeviceState(self.settings, book, self.cluster, self.fabric)
+        return self.state
+
+
+def node_settings(tmp: Path, host_managed: bool = False) -> PrepareSettings:
+    (tmp / "proc").mkdir(exist_ok=True)
+    (tmp / "proc" / "devices").write_text(PROC_DEVICES)
+    (tmp / "proc" / "fabric-imex-mgmt").write_text("DeviceFileMinor: 9\nDeviceFileMode: 256\n")
+    return PrepareSettings(
+        node="node-a",
+        plugin_dir=tmp / "plugins" / "compute-domain.nvidia.com",
+        cdi_root=tmp / "cdi",
+        proc_devices=str(tmp / "proc" / "devices"),
+        fabric_imex_mgmt_cap=str(tmp / "proc" / "fabric-imex-mgmt"),
+        host_managed=host_managed,
+        fsync=False,
+    )
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    store = InMemoryEventStore()
+    settings = node_settings(tmp_path)
+    cluster = FakeCluster()
+    cluster.domains["dom-1"] = DomainInfo("dom-1", "cd", "default")
+    fabric = FabricStatus(clique_id=CLIQUE)
+    book = await ClaimBook.load(store, settings.node)
+    yield Node(tmp_path, settings, store, cluster, fabric, DeviceState(settings, book, cluster, fabric))
+    await store.close()

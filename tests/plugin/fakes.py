@@ -1,0 +1,120 @@
+"""In-memory stand-ins for the plugin tests: a cluster port and ResourceClaim builders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdctl.api.refs import DomainInfo
+from cdctl.domain.errors import RetriableError
+
+DRIVER = "compute-domain.nvidia.com"
+API = "resource.nvidia.com/v1beta1"
+
+
+class FakeCluster:
+    """Claims, domains, node labels, daemon readiness and node events, all in dicts."""
+
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.domains: dict[str, DomainInfo] = {}
+        self.labels: dict[str, str] = {}
+        self.ready: set[tuple[str, str]] = set()
+        self.events: list[tuple[str, str, str]] = []
+        self.claim_lookup_error: Exception | None = None
+
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.claim_lookup_error is not None:
+            raise self.claim_lookup_error
+        return self.claims.get((namespace, name))
+
+    async def get_compute_domain(self, uid: str) -> DomainInfo | None:
+        return self.domains.get(uid)
+
+    async def add_node_label(self, node: str, domain_uid: str) -> None:
+        if self.labels.get(node, domain_uid) != domain_uid:
+            raise RetriableError("label already exists for a different ComputeDomain")
+        self.labels[node] = domain_uid
+
+    async def remove_node_label(self, node: str, domain_uid: str) -> None:
+        if self.labels.get(node) == domain_uid:
+            del self.labels[node]
+
+    async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
+        return (domain.uid, node) in self.ready
+
+    async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
+        self.events.append((node, reason, message))
+
+    def add_claim(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        self.claims[(meta["namespace"], meta["name"])] = obj
+        return obj
+
+
+def opaque(
+    kind: str,
+    domain: str,
+    requests: list[str] | None = None,
+    source: str = "FromClaim",
+    driver: str = DRIVER,
+    **extra: Any,
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"apiVersion": API, "kind": kind, "domainID": domain, **extra}
+    return {"source": source, "requests": requests or [], "opaque": {"driver": driver, "parameters": params}}
+
+
+def result(
+    request: str, device: str, pool: str = "node-a", driver: str = DRIVER, admin: bool = False
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"request": request, "driver": driver, "pool": pool, "device": device}
+    if admin:
+        out["adminAccess"] = True
+    return out
+
+
+def claim_obj(
+    uid: str,
+    name: str = "rc",
+    namespace: str = "default",
+    results: list[dict[str, Any]] | None = None,
+    configs: list[dict[str, Any]] | None = None,
+    allocated: bool = True,
+) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"uid": uid, "name": name, "namespace": namespace},
+        "spec": {},
+        "status": {},
+    }
+    if allocated:
+        obj["status"]["allocation"] = {"devices": {"results": results or [], "config": configs or []}}
+    return obj
+
+
+def channel_claim(
+    uid: str,
+    domain: str,
+    name: str = "rc",
+    namespace: str = "default",
+    mode: str | None = None,
+    device: str = "channel-0",
+) -> dict[str, Any]:
+    extra = {"allocationMode": mode} if mode is not None else {}
+    return claim_obj(
+        uid,
+        name,
+        namespace,
+        results=[result("channel", device)],
+        configs=[opaque("ComputeDomainChannelConfig", domain, ["channel"], **extra)],
+    )
+
+
+def daemon_claim(uid: str, domain: str, name: str = "daemon-rc", namespace: str = "nvidia") -> dict[str, Any]:
+    return claim_obj(
+        uid,
+        name,
+        namespace,
+        results=[result("daemon", "daemon-0")],
+        configs=[opaque("ComputeDomainDaemonConfig", domain, ["daemon"])],
+    )
