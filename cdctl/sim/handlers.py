@@ -317,10 +317,13 @@ class ApiRoutes:
             raise Conflict(f'pod {target.name} is already assigned to node "{pod["spec"]["nodeName"]}"')
         pod["spec"]["nodeName"] = node
         self.store.update(pods, self._namespace(target), target.name, pod)
-        return _json(
-            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
-            status=201,
-        )
+        # The API server answers a Status, which typed clients cannot decode as a Binding: echo the binding.
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            **{k: v for k, v in body.items() if k not in ("apiVersion", "kind")},
+        }
+        return _json(binding, status=201)
 
 
 def _encode_continue(offset: int, resource_version: str) -> str:

@@ -8,7 +8,10 @@ which keeps the store and the port.
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import socket
+import sys
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -113,3 +116,16 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+async def serve_until_stopped(settings: ServerSettings, kubeconfig_out: Path | None = None) -> None:
+    """Run an API server until SIGTERM or SIGINT (the body of `cdctl sim apiserver`)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with ApiServer(settings=settings) as server:
+        if kubeconfig_out is not None:
+            server.write_kubeconfig(kubeconfig_out)
+        print(f"simulated API server listening on {server.url}", file=sys.stderr, flush=True)
+        await stop.wait()

@@ -156,6 +156,13 @@ class ObjectStore:
         if key == ("", "pods"):
             obj.setdefault("spec", {})
             obj.setdefault("status", {}).setdefault("phase", "Pending")
+        elif key == ("apps", "daemonsets"):
+            obj["status"] = {
+                "currentNumberScheduled": 0,
+                "desiredNumberScheduled": 0,
+                "numberMisscheduled": 0,
+                "numberReady": 0,
+            }
         elif key == NAMESPACE_KEY:
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj.setdefault("status", {})["phase"] = "Active"

@@ -1,4 +1,4 @@
-"""Fixtures for the simulated cluster's tests: an in-process API server and real kubernetes_asyncio clients."""
+"""Fixtures for the simulated cluster's tests: an in-process API server, real kubernetes_asyncio clients."""
 
 from __future__ import annotations
 
