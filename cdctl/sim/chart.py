@@ -1,8 +1,8 @@
 """The cluster-wide objects the Helm chart installs, read from the chart itself for the simulated cluster.
 
 The simulated cluster (`cdctl sim` and the integration tests) calls `cluster_bootstrap_objects()` to create
-the CustomResourceDefinitions and DeviceClasses exactly as `helm install` would, so that the chart stays the one
-source of truth for them. Helm is not needed at runtime (helm-python-sdk is a development dependency only):
+the CustomResourceDefinitions and DeviceClasses exactly as `helm install` would, so that the chart stays the
+one source of truth for them. Helm is not needed at runtime (helm-python-sdk is a development dependency):
 
 - CRDs are the documents of `charts/cdctl/crds/*.yaml`, which Helm installs verbatim (no templating).
 - DeviceClasses come from `charts/cdctl/files/deviceclasses.yaml`, the list that
@@ -14,10 +14,10 @@ source of truth for them. Helm is not needed at runtime (helm-python-sdk is a de
 
 Values are merged over the chart's `values.yaml` and validated against its `values.schema.json`, like Helm.
 
-Where the chart is found: `chart_dir()` looks for `charts/cdctl` at the root of the source checkout this module
-was imported from (the editable install that `make` sets up: `<repo>/cdctl/sim/chart.py` -> `<repo>/charts/cdctl`),
-then under `<sys.prefix>/share/cdctl/charts/cdctl` for an installation that ships the chart as data files. Every
-function also takes an explicit `chart` directory.
+Where the chart is found: `chart_dir()` looks for `charts/cdctl` at the root of the source checkout this
+module was imported from (the editable install `make` sets up: `<repo>/cdctl/sim/chart.py` gives
+`<repo>/charts/cdctl`), then under `<sys.prefix>/share/cdctl/charts/cdctl` for an installation that ships the
+chart as data files. Every function also takes an explicit `chart` directory.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class ChartValuesError(ChartError):
 
 
 def chart_dir() -> Path:
-    """The chart directory: `<repo>/charts/cdctl` of this checkout, else `<sys.prefix>/share/cdctl/charts/cdctl`."""
+    """The chart directory: `<repo>/charts/cdctl` of this checkout, else under `<sys.prefix>/share/cdctl`."""
     candidates = [
         Path(__file__).resolve().parents[2] / "charts" / CHART_NAME,
         Path(sys.prefix) / "share" / "cdctl" / "charts" / CHART_NAME,
@@ -118,9 +118,9 @@ def merged_values(values: Mapping[str, Any] | None = None, *, chart: Path | None
         jsonschema.Draft7Validator(schema).iter_errors(merged), key=lambda e: [str(p) for p in e.path]
     )
     if errors:
-        error = errors[0]
-        where = "/" + "/".join(str(p) for p in error.absolute_path)
-        raise ChartValuesError(f"values don't meet the chart's schema: at '{where}': {error.message}")
+        first = errors[0]
+        where = "".join(f"/{part}" for part in first.absolute_path)
+        raise ChartValuesError(f"values don't meet the chart's schema: at '{where}': {first.message}")
     gates = feature_gates(merged)
     if gates["ComputeDomainCliques"] and not gates["IMEXDaemonsWithDNSNames"]:
         raise ChartValuesError(
@@ -131,7 +131,7 @@ def merged_values(values: Mapping[str, Any] | None = None, *, chart: Path | None
 
 
 def feature_gates(values: Mapping[str, Any]) -> dict[str, bool]:
-    """The effective gates of (merged) values: defaults, then `featureGates`, then HostManagedIMEX's overrides."""
+    """Effective gates of merged values: defaults, then `featureGates`, then HostManagedIMEX's overrides."""
     configured = values.get("featureGates") or {}
     gates = {name: bool(configured.get(name, default)) for name, default in GATE_DEFAULTS.items()}
     if gates["HostManagedIMEX"]:
@@ -168,8 +168,8 @@ def device_classes(
 ) -> list[dict[str, Any]]:
     """The DeviceClasses Helm renders for `values`.
 
-    `resource_api_version` ("resource.k8s.io/v1beta1", ...) stands in for what Helm reads from the cluster when
-    `resourceApiVersion` is empty; the default is v1.
+    `resource_api_version` ("resource.k8s.io/v1beta1", ...) stands in for what Helm reads from the cluster
+    when `resourceApiVersion` is empty; the default is v1.
     """
     directory = _resolve(chart)
     merged = merged_values(values, chart=directory)
