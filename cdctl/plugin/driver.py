@@ -1,0 +1,113 @@
+"""One NodePrepareResources / NodeUnprepareResources call: every claim gets an entry within the budget.
+
+Called by the gRPC handlers (cdctl.plugin.server) for both API versions. Claims of a call are worked on
+concurrently; each is retried with exponential backoff (250 ms doubling to 3 s, like the Go plugin) while its
+error is retriable and the call's budget (40 s, inside the kubelet's 45 s) lasts. A claim still failing at the
+deadline gets an error entry naming its last error (the Go plugin leaves it out of the response). Permanent
+errors end a claim's work at once. Prepare fetches the ResourceClaim itself (the kubelet sends only refs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import structlog
+
+from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
+from cdctl.plugin.devices import ClaimRef, parse_claim
+from cdctl.plugin.ports import ClusterPort
+from cdctl.plugin.prepare import DeviceState
+
+log = structlog.get_logger("cdctl.plugin.driver")
+
+KUBELET_CALL_TIMEOUT_S = 45.0
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    base_s: float = 0.25
+    cap_s: float = 3.0
+    budget_s: float = 40.0
+
+    def backoff(self, attempt: int, hint: float) -> float:
+        return min(self.cap_s, max(hint, self.base_s * (2.0**attempt)))
+
+
+@dataclass
+class PrepareOutcome:
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+
+class Driver:
+    """Runs the per-claim prepare/unprepare work of one kubelet call under the retry policy."""
+
+    def __init__(self, state: DeviceState, cluster: ClusterPort, policy: RetryPolicy | None = None) -> None:
+        self.state = state
+        self.cluster = cluster
+        self.policy = policy or RetryPolicy()
+
+    async def _retry(self, what: str, ref: ClaimRef, attempt_fn: Callable[[], Awaitable[T]]) -> T | str:
+        """The attempt's result, or the error text for the claim's response entry."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.policy.budget_s
+        attempt = 0
+        while True:
+            try:
+                return await attempt_fn()
+            except PermanentError as exc:
+                log.error(f"Permanent error {what} devices for claim", claim=str(ref), error=str(exc))
+                return f"error {what} devices for claim {ref}: {exc}"
+            except RetriableError as exc:
+                delay = self.policy.backoff(attempt, exc.delay)
+                attempt += 1
+                if loop.time() + delay >= deadline:
+                    log.warning(
+                        f"gave up {what} claim within the call budget", claim=str(ref), error=str(exc)
+                    )
+                    return (
+                        f"error {what} devices for claim {ref}: {exc} "
+                        f"(still failing after {attempt} attempts; the kubelet will retry)"
+                    )
+                log.info(f"retrying {what} claim", claim=str(ref), error=str(exc), delay=round(delay, 3))
+                await asyncio.sleep(delay)
+            except CdctlError as exc:
+                return f"error {what} devices for claim {ref}: {exc}"
+            except Exception as exc:  # an unexpected bug: fail this claim, keep the call and the process
+                log.exception(f"unexpected error {what} claim", claim=str(ref))
+                return f"error {what} devices for claim {ref}: internal error: {exc!r}"
+
+    async def _prepare_one(self, ref: ClaimRef) -> PrepareOutcome:
+        fence = self.state.book.version(ref.uid)  # anything that ends the claim after this point fences us
+
+        async def attempt() -> list[dict[str, Any]]:
+            obj = await self.cluster.get_claim(ref.namespace, ref.name)
+            if obj is None:
+                raise RetriableError(f"ResourceClaim {ref.namespace}/{ref.name} not found", delay=0.5)
+            uid = (obj.get("metadata") or {}).get("uid")
+            if uid != ref.uid:
+                raise PermanentError(f"ResourceClaim {ref.namespace}/{ref.name} got replaced (uid {uid})")
+            return await self.state.prepare(parse_claim(obj), fence)
+
+        got = await self._retry("preparing", ref, attempt)
+        return PrepareOutcome(error=got) if isinstance(got, str) else PrepareOutcome(devices=got)
+
+    async def _unprepare_one(self, ref: ClaimRef) -> str:
+        async def attempt() -> bool:
+            return await self.state.unprepare(ref)
+
+        got = await self._retry("unpreparing", ref, attempt)
+        return got if isinstance(got, str) else ""
+
+    async def prepare_resources(self, claims: list[ClaimRef]) -> dict[str, PrepareOutcome]:
+        """An outcome for every claim UID of the request (an empty request gives an empty answer)."""
+        outcomes = await asyncio.gather(*(self._prepare_one(ref) for ref in claims))
+        return {ref.uid: out for ref, out in zip(claims, outcomes, strict=True)}
+
+    async def unprepare_resources(self, claims: list[ClaimRef]) -> dict[str, str]:
+        errors = await asyncio.gather(*(self._unprepare_one(ref) for ref in claims))
+        return {ref.uid: err for ref, err in zip(claims, errors, strict=True)}

@@ -1,0 +1,245 @@
+"""The kubelet-facing gRPC servers: plugin registration and DRA (v1 and v1beta1, one handler) on unix
+sockets, and gRPC health on a TCP port.
+
+Called by the plugin process (cdctl.plugin.app) and by the tests. The DRA server starts first, then the
+registration socket, so the endpoint answers before the kubelet learns of it; closing goes the other way and
+removes the socket files (which is how the kubelet notices deregistration). Sockets are created owner-only
+(0600) and a stale socket file from an earlier run is replaced. Health (`""` and `liveness`) reports SERVING
+only when GetInfo on the registration socket and an empty NodePrepareResources on the DRA socket both answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.health.check import ServiceCheck
+from grpclib.health.service import Health
+from grpclib.server import Server
+
+from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
+from cdctl._proto.pluginregistration import (
+    InfoRequest,
+    PluginInfo,
+    RegistrationBase,
+    RegistrationStatus,
+    RegistrationStatusResponse,
+    RegistrationStub,
+)
+from cdctl.domain.errors import CdctlError, RetriableError
+from cdctl.plugin.devices import DRIVER_NAME, ClaimRef
+from cdctl.plugin.driver import Driver
+
+log = structlog.get_logger("cdctl.plugin.server")
+
+PLUGIN_TYPE = "DRAPlugin"
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+HEALTH_SERVICES = ("", "liveness")
+
+
+def registration_socket(registrar_dir: Path, driver: str = DRIVER_NAME) -> Path:
+    return registrar_dir / f"{driver}-reg.sock"
+
+
+def dra_socket(plugin_dir: Path) -> Path:
+    return plugin_dir / "dra.sock"
+
+
+def _status_for(exc: CdctlError) -> Status:
+    return Status.UNAVAILABLE if isinstance(exc, RetriableError) else Status.FAILED_PRECONDITION
+
+
+class _DraHandler:
+    """Both API versions share the wire shape; each version's service wraps this with its own messages."""
+
+    def __init__(self, driver: Driver, mod: Any) -> None:
+        self.driver = driver
+        self.mod = mod
+
+    async def prepare(self, message: Any) -> Any:
+        refs = [ClaimRef(c.uid, c.namespace, c.name) for c in message.claims]
+        try:
+            outcomes = await self.driver.prepare_resources(refs)
+        except CdctlError as exc:
+            raise GRPCError(_status_for(exc), str(exc)) from exc
+        m = self.mod
+        return m.NodePrepareResourcesResponse(
+            claims={
+                uid: m.NodePrepareResourceResponse(
+                    devices=[m.Device(**d) for d in out.devices] if not out.error else [], error=out.error
+                )
+                for uid, out in outcomes.items()
+            }
+        )
+
+    async def unprepare(self, message: Any) -> Any:
+        refs = [ClaimRef(c.uid, c.namespace, c.name) for c in message.claims]
+        try:
+            errors = await self.driver.unprepare_resources(refs)
+        except CdctlError as exc:
+            raise GRPCError(_status_for(exc), str(exc)) from exc
+        m = self.mod
+        return m.NodeUnprepareResourcesResponse(
+            claims={uid: m.NodeUnprepareResourceResponse(error=err) for uid, err in errors.items()}
+        )
+
+
+class DraV1(v1.DraPluginBase):
+    def __init__(self, driver: Driver) -> None:
+        self._h = _DraHandler(driver, v1)
+
+    async def node_prepare_resources(
+        self, message: v1.NodePrepareResourcesRequest
+    ) -> v1.NodePrepareResourcesResponse:
+        return await self._h.prepare(message)  # type: ignore[no-any-return]
+
+    async def node_unprepare_resources(
+        self, message: v1.NodeUnprepareResourcesRequest
+    ) -> v1.NodeUnprepareResourcesResponse:
+        return await self._h.unprepare(message)  # type: ignore[no-any-return]
+
+
+class DraV1beta1(v1beta1.DraPluginBase):
+    def __init__(self, driver: Driver) -> None:
+        self._h = _DraHandler(driver, v1beta1)
+
+    async def node_prepare_resources(
+        self, message: v1beta1.NodePrepareResourcesRequest
+    ) -> v1beta1.NodePrepareResourcesResponse:
+        return await self._h.prepare(message)  # type: ignore[no-any-return]
+
+    async def node_unprepare_resources(
+        self, message: v1beta1.NodeUnprepareResourcesRequest
+    ) -> v1beta1.NodeUnprepareResourcesResponse:
+        return await self._h.unprepare(message)  # type: ignore[no-any-return]
+
+
+class Registration(RegistrationBase):
+    """GetInfo for the kubelet's plugin watcher; NotifyRegistrationStatus calls `on_registered` on success."""
+
+    def __init__(self, endpoint: str, on_registered: Callable[[], None], driver: str = DRIVER_NAME) -> None:
+        self.endpoint = endpoint
+        self.driver = driver
+        self.on_registered = on_registered
+        self.status: RegistrationStatus | None = None
+
+    async def get_info(self, message: InfoRequest) -> PluginInfo:
+        return PluginInfo(
+            type=PLUGIN_TYPE,
+            name=self.driver,
+            endpoint=self.endpoint,
+            supported_versions=list(SUPPORTED_VERSIONS),
+        )
+
+    async def notify_registration_status(self, message: RegistrationStatus) -> RegistrationStatusResponse:
+        self.status = message
+        if not message.plugin_registered:
+            log.error("kubelet refused the plugin registration", error=message.error)
+            raise GRPCError(Status.UNKNOWN, f"failed registration process: {message.error}")
+        log.info("registered with the kubelet")
+        self.on_registered()
+        return RegistrationStatusResponse()
+
+
+async def probe_sockets(reg_sock: Path, dra_sock: Path, timeout_s: float = 1.0) -> bool:
+    """True when the registration socket answers GetInfo and the DRA socket an empty prepare."""
+    for path, call in (
+        (reg_sock, lambda ch: RegistrationStub(ch).get_info(InfoRequest(), timeout=timeout_s)),
+        (dra_sock, lambda ch: v1.DraPluginStub(ch).node_prepare_resources(
+            v1.NodePrepareResourcesRequest(), timeout=timeout_s)),
+    ):  # fmt: skip
+        channel = Channel(path=str(path))
+        try:
+            await call(channel)
+        except (OSError, GRPCError, TimeoutError):
+            return False
+        finally:
+            channel.close()
+    return True
+
+
+class _PluginHealth(Health):
+    """gRPC health whose `""` and `liveness` services both run the socket probe."""
+
+    def __init__(self, check: ServiceCheck) -> None:
+        super().__init__({})
+        self._checks = {name: {check} for name in HEALTH_SERVICES}
+
+
+@dataclass
+class ServerPaths:
+    registrar_dir: Path
+    plugin_dir: Path
+
+    @property
+    def registration(self) -> Path:
+        return registration_socket(self.registrar_dir)
+
+    @property
+    def dra(self) -> Path:
+        return dra_socket(self.plugin_dir)
+
+
+def _clear_socket_path(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() or path.is_symlink():
+        log.info("replacing stale socket", path=str(path))
+        path.unlink()
+
+
+async def _start_unix(server: Server, path: Path) -> None:
+    _clear_socket_path(path)
+    old = os.umask(0o177)  # the socket is created owner-only, with no window of wider permissions
+    try:
+        await server.start(path=str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)  # noqa: PTH101
+
+
+class PluginServers:
+    """Owns the three servers and their sockets."""
+
+    def __init__(
+        self, paths: ServerPaths, driver: Driver, on_registered: Callable[[], None], health_port: int = -1
+    ) -> None:
+        self.paths = paths
+        self.registration = Registration(str(paths.dra), on_registered)
+        self._dra = Server([DraV1(driver), DraV1beta1(driver)])
+        self._reg = Server([self.registration])
+        self._health_port = health_port
+        self._health: Server | None = None
+        self.bound_health_port: int | None = None
+
+    async def healthy(self) -> bool:
+        return await probe_sockets(self.paths.registration, self.paths.dra)
+
+    async def start(self) -> None:
+        await _start_unix(self._dra, self.paths.dra)
+        await _start_unix(self._reg, self.paths.registration)
+        if self._health_port >= 0:
+            check = ServiceCheck(self.healthy, check_ttl=0, check_timeout=3.0)
+            self._health = Server([_PluginHealth(check)])
+            await self._health.start(host="0.0.0.0", port=self._health_port)
+            sockets = getattr(self._health._server, "sockets", None) or ()
+            self.bound_health_port = sockets[0].getsockname()[1] if sockets else self._health_port
+        log.info("serving", dra=str(self.paths.dra), registration=str(self.paths.registration),
+                 health_port=self.bound_health_port)  # fmt: skip
+
+    async def close(self) -> None:
+        for server, path in ((self._reg, self.paths.registration), (self._dra, self.paths.dra)):
+            server.close()
+            await server.wait_closed()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        if self._health is not None:
+            self._health.close()
+            await self._health.wait_closed()

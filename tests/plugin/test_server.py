@@ -1,0 +1,164 @@
+"""The gRPC servers over real unix sockets, called by a grpclib client and by a grpcio client."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import stat
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from grpclib.client import Channel
+from grpclib.exceptions import GRPCError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+
+from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
+from cdctl._proto.pluginregistration import InfoRequest, RegistrationStatus, RegistrationStub
+from cdctl.plugin.driver import Driver, RetryPolicy
+from cdctl.plugin.server import PluginServers, ServerPaths
+from tests.plugin.conftest import Node
+from tests.plugin.fakes import channel_claim
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    # unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer
+    d = Path(tempfile.mkdtemp(prefix="cdp", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@dataclass
+class Running:
+    servers: PluginServers
+    paths: ServerPaths
+    registered: list[bool]
+
+
+@pytest.fixture
+async def running(node: Node, short_dir: Path) -> AsyncIterator[Running]:
+    paths = ServerPaths(short_dir / "registry", short_dir / "plugins" / "compute-domain.nvidia.com")
+    paths.plugin_dir.mkdir(parents=True)
+    paths.dra.write_text("stale")  # left over from an earlier run
+    registered: list[bool] = []
+    driver = Driver(node.state, node.cluster, RetryPolicy(base_s=0.01, cap_s=0.02, budget_s=0.2))
+    servers = PluginServers(paths, driver, lambda: registered.append(True), health_port=0)
+    await servers.start()
+    yield Running(servers, paths, registered)
+    await servers.close()
+
+
+def claim_msg(mod: object, uid: str, name: str = "rc") -> object:
+    return mod.Claim(namespace="default", uid=uid, name=name)  # type: ignore[attr-defined]
+
+
+async def test_sockets_are_owner_only_and_the_stale_one_was_replaced(running: Running) -> None:
+    for path in (running.paths.dra, running.paths.registration):
+        mode = path.stat().st_mode
+        assert stat.S_ISSOCK(mode)
+        assert stat.S_IMODE(mode) == 0o600
+
+
+async def test_registration_info_and_status(running: Running) -> None:
+    channel = Channel(path=str(running.paths.registration))
+    try:
+        stub = RegistrationStub(channel)
+        info = await stub.get_info(InfoRequest())
+        assert info.type == "DRAPlugin"
+        assert info.name == "compute-domain.nvidia.com"
+        assert info.endpoint == str(running.paths.dra)
+        assert info.supported_versions == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        await stub.notify_registration_status(RegistrationStatus(plugin_registered=True))
+        assert running.registered == [True]
+        with pytest.raises(GRPCError):
+            await stub.notify_registration_status(RegistrationStatus(plugin_registered=False, error="no"))
+        assert running.registered == [True]
+    finally:
+        channel.close()
+
+
+@pytest.mark.parametrize("mod", [v1, v1beta1])
+async def test_prepare_and_unprepare_with_grpclib_give_an_entry_per_claim(
+    node: Node, running: Running, mod: object
+) -> None:
+    node.cluster.ready.add(("dom-1", "node-a"))
+    node.cluster.add_claim(channel_claim("c1", "dom-1"))
+    channel = Channel(path=str(running.paths.dra))
+    try:
+        stub = mod.DraPluginStub(channel)  # type: ignore[attr-defined]
+        empty = await stub.node_prepare_resources(mod.NodePrepareResourcesRequest())  # type: ignore[attr-defined]
+        assert dict(empty.claims) == {}
+        req = mod.NodePrepareResourcesRequest(  # type: ignore[attr-defined]
+            claims=[claim_msg(mod, "c1"), claim_msg(mod, "missing", "nope")]
+        )
+        resp = await stub.node_prepare_resources(req)
+        assert set(resp.claims) == {"c1", "missing"}
+        ok = resp.claims["c1"]
+        assert ok.error == ""
+        assert [(d.device_name, d.pool_name, d.request_names) for d in ok.devices] == [
+            ("channel-0", "node-a", ["channel"])
+        ]
+        assert ok.devices[0].cdi_device_ids == ["k8s.compute-domain.nvidia.com/claim=c1-channel-0"]
+        assert "ResourceClaim default/nope not found" in resp.claims["missing"].error
+        assert "still failing" in resp.claims["missing"].error  # an entry at the deadline, not silence
+        unreq = mod.NodeUnprepareResourcesRequest(  # type: ignore[attr-defined]
+            claims=[claim_msg(mod, "c1"), claim_msg(mod, "never")]
+        )
+        unresp = await stub.node_unprepare_resources(unreq)
+        assert {k: v.error for k, v in unresp.claims.items()} == {"c1": "", "never": ""}
+        assert node.cluster.labels == {}
+    finally:
+        channel.close()
+
+
+def _grpcio_call(sock: Path, method: str, request: bytes) -> bytes:
+    with grpc.insecure_channel(f"unix:{sock}") as ch:
+        call = ch.unary_unary(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        result: bytes = call(request, timeout=10)
+        return result
+
+
+async def test_grpcio_client_against_the_unix_sockets(node: Node, running: Running) -> None:
+    node.cluster.ready.add(("dom-1", "node-a"))
+    node.cluster.add_claim(channel_claim("c1", "dom-1"))
+    raw_info = await asyncio.to_thread(
+        _grpcio_call, running.paths.registration, "/pluginregistration.Registration/GetInfo", b""
+    )
+    from cdctl._proto.pluginregistration import PluginInfo
+
+    assert PluginInfo.parse(raw_info).supported_versions == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    for version, mod in (("v1", v1), ("v1beta1", v1beta1)):
+        req = mod.NodePrepareResourcesRequest(claims=[mod.Claim(namespace="default", uid="c1", name="rc")])
+        path = f"/k8s.io.kubelet.pkg.apis.dra.{version}.DRAPlugin/NodePrepareResources"
+        raw = await asyncio.to_thread(_grpcio_call, running.paths.dra, path, bytes(req))
+        resp = mod.NodePrepareResourcesResponse.parse(raw)
+        assert list(resp.claims) == ["c1"] and resp.claims["c1"].devices[0].device_name == "channel-0"
+    unreq = v1.NodeUnprepareResourcesRequest(claims=[v1.Claim(namespace="default", uid="c1", name="rc")])
+    path = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"
+    raw = await asyncio.to_thread(_grpcio_call, running.paths.dra, path, bytes(unreq))
+    assert v1.NodeUnprepareResourcesResponse.parse(raw).claims["c1"].error == ""
+    assert node.state.book.get("c1").state.value == "Unprepared"  # type: ignore[union-attr]
+
+
+async def test_health_is_serving_only_while_both_sockets_answer(running: Running) -> None:
+    port = running.servers.bound_health_port
+    assert port
+    channel = Channel(host="127.0.0.1", port=port)
+    try:
+        stub = HealthStub(channel)
+        for service in ("", "liveness"):
+            reply = await stub.Check(HealthCheckRequest(service=service))
+            assert reply.status == HealthCheckResponse.SERVING
+        with pytest.raises(GRPCError):
+            await stub.Check(HealthCheckRequest(service="other"))
+        # the DRA socket goes away: liveness must fail
+        running.paths.dra.unlink()
+        reply = await stub.Check(HealthCheckRequest(service="liveness"))
+        assert reply.status == HealthCheckResponse.NOT_SERVING
+    finally:
+        channel.close()
