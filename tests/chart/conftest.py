@@ -45,6 +45,8 @@ def render_objects(
     manifests = chart.render(dict(values or {}), name=RELEASE, namespace=namespace, is_install=True)
     objects: list[dict[str, Any]] = []
     for name in sorted(manifests):
+        if not name.endswith(".yaml"):
+            continue  # NOTES.txt: text shown after install, not a manifest
         for document in yaml.safe_load_all(manifests[name]):
             if document is not None:
                 objects.append(document)

@@ -295,3 +295,16 @@ def test_guards_let_allowed_combinations_through(helm_chart: hc.Chart) -> None:
         helm_chart, {"featureGates": {"HostManagedIMEX": True, "IMEXDaemonsWithDNSNames": False}}
     )
     assert find(objects, "DeviceClass", "compute-domain-daemon.nvidia.com") == []
+
+
+@pytest.mark.parametrize(
+    ("values", "mode"), [({}, "driver-managed"), (SCENARIOS["host-managed"], "host-managed")]
+)
+def test_install_notes_name_the_mode_and_the_crd_upgrade(
+    helm_chart: hc.Chart, values: dict[str, Any], mode: str
+) -> None:
+    notes = helm_chart.render(values, name="cdctl", namespace=NAMESPACE, is_install=True)[
+        "cdctl/templates/NOTES.txt"
+    ]
+    assert f"({mode} IMEX" in notes
+    assert "kubectl apply --server-side -f charts/cdctl/crds/" in notes
