@@ -1,4 +1,4 @@
-"""The ResourceClaim-from-template stand-in: one claim per pod and template reference, named like Kubernetes."""
+"""The ResourceClaim-from-template stand-in: one claim per pod and template entry, named like Kubernetes."""
 
 from __future__ import annotations
 
