@@ -1,0 +1,143 @@
+"""The kubelet plugin's view of the cluster over the API server: implements cdctl.plugin.ports.ClusterPort.
+
+Called by the plugin's prepare path through that interface. ResourceClaims are read fresh (GET) in the
+resource.k8s.io version the cluster serves; ComputeDomains are followed by an informer indexed by UID (a
+miss re-lists once, so a domain created a moment ago is found); daemon readiness reads the domain's
+ComputeDomainClique `<uid>.<cliqueID>` in the driver namespace (gate ComputeDomainCliques) and falls back to
+`status.nodes` of the ComputeDomain. API errors become RetriableError or PermanentError here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+
+from cdctl.api.refs import DomainInfo
+from cdctl.domain.errors import PermanentError, RetriableError
+from cdctl.k8s import nodes
+from cdctl.k8s.errors import KubeApiError, NotFoundError
+from cdctl.k8s.informer import Change, Informer, Observation
+from cdctl.k8s.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS, RESOURCE_GROUP, ResourceType
+from cdctl.k8s.rest import JsonObject, KubeApi
+
+log = structlog.get_logger("cdctl.k8s.plugincluster")
+T = TypeVar("T")
+READY = "Ready"
+
+
+def resource_claims(version: str) -> ResourceType:
+    return ResourceType(RESOURCE_GROUP, version, "resourceclaims", "ResourceClaim", True)
+
+
+def domain_info(obj: JsonObject) -> DomainInfo:
+    meta = obj.get("metadata") or {}
+    return DomainInfo(str(meta.get("uid", "")), str(meta.get("name", "")), str(meta.get("namespace", "")))
+
+
+async def _mapped(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await call()
+    except KubeApiError as exc:
+        if exc.retriable:
+            raise RetriableError(f"{what}: {exc}", delay=1.0) from exc
+        raise PermanentError(f"{what}: {exc}") from exc
+
+
+class KubeClusterPort:
+    """ClusterPort over the API server."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        resource_version: str,
+        driver_namespace: str,
+        node_uid: str,
+        use_cliques: bool,
+        component: str = "compute-domain-kubelet-plugin",
+    ) -> None:
+        self.api = api
+        self.claims = resource_claims(resource_version)
+        self.driver_namespace = driver_namespace
+        self.node_uid = node_uid
+        self.use_cliques = use_cliques
+        self.component = component
+        self._domains: dict[str, DomainInfo] = {}
+        self._relist_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- ComputeDomain index
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._follow_domains(), name="computedomain-informer")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _follow_domains(self) -> None:
+        informer = Informer(self.api, COMPUTE_DOMAINS)
+        async for item in informer.observe():
+            if isinstance(item, Observation):
+                if item.change is Change.DELETED:
+                    self._domains.pop(item.uid, None)
+                else:
+                    self._domains[item.uid] = domain_info(item.obj)
+
+    async def _relist_domains(self) -> None:
+        async with self._relist_lock:
+            listing = await self.api.list_objects(COMPUTE_DOMAINS.collection_path())
+            self._domains = {d.uid: d for d in (domain_info(i) for i in listing.get("items") or [])}
+
+    async def get_compute_domain(self, uid: str) -> DomainInfo | None:
+        if uid not in self._domains:
+            await _mapped("listing ComputeDomains", self._relist_domains)
+        return self._domains.get(uid)
+
+    # ---- ClusterPort
+
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        path = self.claims.object_path(namespace, name)
+        return await _mapped(f"reading ResourceClaim {namespace}/{name}", lambda: self.api.get_or_none(path))
+
+    async def add_node_label(self, node: str, domain_uid: str) -> None:
+        await _mapped(f"labelling node {node}", lambda: nodes.add_domain_label(self.api, node, domain_uid))
+
+    async def remove_node_label(self, node: str, domain_uid: str) -> None:
+        try:
+            await _mapped(
+                f"unlabelling node {node}", lambda: nodes.remove_domain_label(self.api, node, domain_uid)
+            )
+        except PermanentError as exc:
+            if isinstance(exc.__cause__, NotFoundError):
+                return  # the node is gone: nothing to unlabel
+            raise
+
+    async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
+        if self.use_cliques and clique_id:
+            path = COMPUTE_DOMAIN_CLIQUES.object_path(self.driver_namespace, f"{domain.uid}.{clique_id}")
+            clique = await _mapped("reading ComputeDomainClique", lambda: self.api.get_or_none(path))
+            for daemon in (clique or {}).get("daemons") or []:
+                if daemon.get("nodeName") == node:
+                    return bool(daemon.get("status") == READY)
+        cd_path = COMPUTE_DOMAINS.object_path(domain.namespace, domain.name)
+        cd = await _mapped("reading ComputeDomain", lambda: self.api.get_or_none(cd_path))
+        for entry in ((cd or {}).get("status") or {}).get("nodes") or []:
+            if entry.get("name") == node:
+                return bool(entry.get("status") == READY)
+        return False
+
+    async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
+        try:
+            await nodes.record_node_event(
+                self.api, node=node, node_uid=self.node_uid, reason=reason, message=message, warning=warning,
+                component=self.component,
+            )  # fmt: skip
+        except KubeApiError as exc:
+            log.warning("could not record a Node event", reason=reason, error=str(exc))
