@@ -89,7 +89,7 @@ class KeyedQueue:
 
     def backoff_s(self, key: str) -> float:
         failures = self._failures.get(key, 1)
-        base = min(self._max_delay_s, self._min_delay_s * 2 ** min(failures - 1, 30))
+        base = min(self._max_delay_s, self._min_delay_s * float(2 ** min(failures - 1, 30)))
         return base * random.uniform(0.75, 1.25)
 
     async def run(self) -> None:

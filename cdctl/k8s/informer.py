@@ -84,6 +84,21 @@ class Synced:
     resource_version: str
 
 
+def _last_state(previous: JsonObject, deleted: JsonObject) -> JsonObject:
+    """What a DELETED observation reports: the object as we knew it (a watch with a label selector reports an
+    object that stopped matching in its new, non-matching state), at the deletion's resourceVersion."""
+    last = dict(previous)
+    last["metadata"] = {
+        **previous.get("metadata", {}),
+        **{
+            key: value
+            for key, value in deleted.get("metadata", {}).items()
+            if key in ("resourceVersion", "deletionTimestamp")
+        },
+    }
+    return last
+
+
 def _rv_number(resource_version: str) -> int | None:
     return int(resource_version) if resource_version.isdigit() else None
 
@@ -197,7 +212,7 @@ class Informer:
             if previous is None:
                 return None
             del self._known[uid]
-            return Observation(self.resource, Change.DELETED, obj)
+            return Observation(self.resource, Change.DELETED, _last_state(previous, obj))
         if previous is not None and is_stale(str(previous["metadata"].get("resourceVersion", "")), rv):
             return None
         self._known[uid] = obj

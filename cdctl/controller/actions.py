@@ -1,0 +1,135 @@
+"""API writes made on behalf of a ComputeDomain, each one an intention and an outcome in its event stream.
+
+Every write first records `DomainActionIntended` (durable before the call), then performs it, then records
+`DomainActionSucceeded` or `DomainActionFailed`, and feeds the object the API returned back through the
+journal so the view reflects the write at once. API errors are mapped to the typed errors the work queue
+understands: conflicts and server or transport failures are retriable, invalid or forbidden requests are
+permanent. Used by every reconciler module of this package.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdctl.controller.journal import Journal
+from cdctl.domain.computedomains import DomainActionFailed, DomainActionIntended, DomainActionSucceeded
+from cdctl.domain.errors import PermanentError, RetriableError
+from cdctl.k8s.errors import AlreadyExistsError, ConflictError, KubeApiError, NotFoundError
+from cdctl.k8s.informer import Change
+from cdctl.k8s.kube_events import EventRecorder
+from cdctl.k8s.resources import ResourceType
+from cdctl.k8s.rest import KubeApi
+
+JsonObject = dict[str, Any]
+
+
+def typed(exc: KubeApiError, what: str) -> RetriableError | PermanentError:
+    if exc.retriable:
+        return RetriableError(f"{what}: {exc}", delay=0.0)
+    return PermanentError(f"{what}: {exc}")
+
+
+class Actions:
+    def __init__(self, api: KubeApi, journal: Journal, recorder: EventRecorder) -> None:
+        self.api = api
+        self.journal = journal
+        self.recorder = recorder
+
+    async def _intend(self, uid: str, action: str, resource: ResourceType, namespace: str, name: str) -> None:
+        await self.journal.record(uid, [DomainActionIntended(uid, action, resource.kind, namespace, name)])
+
+    async def _succeeded(
+        self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
+    ) -> None:
+        await self.journal.record(
+            uid, [DomainActionSucceeded(uid, action, resource.kind, namespace, name, detail)]
+        )
+
+    async def _failed(
+        self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, exc: KubeApiError
+    ) -> None:
+        await self.journal.record(
+            uid, [DomainActionFailed(uid, action, resource.kind, namespace, name, str(exc), exc.retriable)]
+        )
+
+    async def get(self, resource: ResourceType, namespace: str | None, name: str) -> JsonObject | None:
+        try:
+            return await self.api.get_or_none(resource.object_path(namespace, name))
+        except KubeApiError as exc:
+            raise typed(exc, f"get {resource.kind} {namespace}/{name}") from exc
+
+    async def create(self, uid: str, resource: ResourceType, body: JsonObject) -> JsonObject | None:
+        """Create `body`; None when an object of that name exists (the caller decides what that means)."""
+        namespace, name = str(body["metadata"].get("namespace", "")), str(body["metadata"]["name"])
+        await self._intend(uid, "create", resource, namespace, name)
+        try:
+            created = await self.api.create(resource.collection_path(namespace or None), body)
+        except AlreadyExistsError:
+            await self._succeeded(uid, "create", resource, namespace, name, "already exists")
+            return None
+        except KubeApiError as exc:
+            await self._failed(uid, "create", resource, namespace, name, exc)
+            raise typed(exc, f"create {resource.kind} {namespace}/{name}") from exc
+        await self._succeeded(uid, "create", resource, namespace, name)
+        await self.journal.observe_written(resource, created, Change.ADDED)
+        return created
+
+    async def replace(
+        self, uid: str, action: str, resource: ResourceType, body: JsonObject, subresource: str | None = None
+    ) -> JsonObject | None:
+        """PUT `body` (its resourceVersion guards against lost updates); None when the object is gone."""
+        namespace, name = body["metadata"].get("namespace"), str(body["metadata"]["name"])
+        await self._intend(uid, action, resource, namespace or "", name)
+        try:
+            replaced = await self.api.replace(resource.object_path(namespace, name, subresource), body)
+        except NotFoundError:
+            await self._succeeded(uid, action, resource, namespace or "", name, "gone")
+            return None
+        except ConflictError as exc:
+            await self._failed(uid, action, resource, namespace or "", name, exc)
+            raise RetriableError(f"{action} {resource.kind} {namespace}/{name}: {exc}", delay=0.0) from exc
+        except KubeApiError as exc:
+            await self._failed(uid, action, resource, namespace or "", name, exc)
+            raise typed(exc, f"{action} {resource.kind} {namespace}/{name}") from exc
+        await self._succeeded(uid, action, resource, namespace or "", name)
+        await self.journal.observe_written(resource, replaced, Change.MODIFIED)
+        return replaced
+
+    async def set_finalizer(
+        self,
+        uid: str,
+        resource: ResourceType,
+        namespace: str | None,
+        name: str,
+        finalizer: str,
+        present: bool,
+    ) -> None:
+        """Add (`present`) or remove `finalizer` with an update guarded by resourceVersion; gone is done."""
+        body = self.journal.cached(resource, namespace, name)
+        if body is None:
+            body = await self.get(resource, namespace, name)
+            if body is None:
+                return
+        finalizers = list(body.get("metadata", {}).get("finalizers") or [])
+        if (finalizer in finalizers) == present:
+            return
+        finalizers = [*finalizers, finalizer] if present else [f for f in finalizers if f != finalizer]
+        updated = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
+        action = "add-finalizer" if present else "remove-finalizer"
+        await self.replace(uid, action, resource, updated)
+
+    async def delete(self, uid: str, resource: ResourceType, namespace: str | None, name: str) -> bool:
+        """Delete; False when it was already gone."""
+        await self._intend(uid, "delete", resource, namespace or "", name)
+        try:
+            answer = await self.api.delete(resource.object_path(namespace, name))
+        except NotFoundError:
+            await self._succeeded(uid, "delete", resource, namespace or "", name, "already gone")
+            return False
+        except KubeApiError as exc:
+            await self._failed(uid, "delete", resource, namespace or "", name, exc)
+            raise typed(exc, f"delete {resource.kind} {namespace}/{name}") from exc
+        await self._succeeded(uid, "delete", resource, namespace or "", name)
+        if answer.get("kind") != "Status" and answer.get("metadata", {}).get("deletionTimestamp"):
+            await self.journal.observe_written(resource, answer, Change.MODIFIED)
+        return True

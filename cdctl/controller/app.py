@@ -1,0 +1,81 @@
+"""The controller process: API client and discovery, event log, HTTP endpoint, leader election, manager.
+
+`run_controller(settings)` returns when cancelled (SIGTERM) after releasing the lease, and raises
+`LeadershipLost` when the lease is lost so the command exits non-zero and Kubernetes restarts a clean pod.
+Called by cdctl.cli.controller; integration tests call it with a kubeconfig for the simulated cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import structlog
+
+from cdctl.controller.http import HttpEndpoint
+from cdctl.controller.leader import LeaderElector, identity_for
+from cdctl.controller.manager import ControllerManager, run_with_leadership
+from cdctl.controller.settings import ControllerSettings
+from cdctl.k8s.client import api_client
+from cdctl.k8s.discovery import discover_resource_version
+from cdctl.k8s.rest import KubeApi
+from cdctl.store.base import EventStore
+from cdctl.store.sqlite import SqliteEventStore
+
+log = structlog.get_logger(__name__)
+
+
+def settings_for_log(settings: ControllerSettings) -> dict[str, object]:
+    shown = dataclasses.asdict(settings)
+    shown["feature_gates"] = dict(settings.feature_gates.values)
+    return shown
+
+
+async def run_controller(
+    settings: ControllerSettings, *, started: list[ControllerManager] | None = None
+) -> None:
+    """Run the controller until cancelled. `started` receives the manager once built (tests, benchmarks)."""
+    log.info("controller manager config", **settings_for_log(settings))
+    client = await api_client(settings.kubeconfig)
+    store: EventStore | None = None
+    try:
+        api = KubeApi(client, qps=settings.kube_api_qps, burst=settings.kube_api_burst)
+        resource_version = await discover_resource_version(api, settings.resource_api_version)
+        log.info("resource API", version=f"resource.k8s.io/{resource_version}")
+        if settings.db_path:
+            store = await SqliteEventStore.open(Path(settings.db_path))
+        manager = ControllerManager(settings, api, store, resource_version)
+        if started is not None:
+            started.append(manager)
+        elector = (
+            LeaderElector(api, settings.leader_election, identity_for(settings.pod_name))
+            if settings.leader_election.enabled
+            else None
+        )
+
+        def ready() -> bool:
+            return manager.synced.is_set() or (elector is not None and not elector.is_leader)
+
+        http = (
+            HttpEndpoint(settings.http_endpoint, settings.metrics_path, manager.metrics.registry, ready)
+            if settings.http_endpoint
+            else None
+        )
+        if http is not None:
+            await http.start()
+            log.info("serving metrics", endpoint=f"{http.host}:{http.port}", path=http.metrics_path)
+        try:
+            if elector is None:
+                await manager.run()
+            else:
+                await elector.acquire()
+                await run_with_leadership(manager.run(), elector.hold())
+        finally:
+            if elector is not None:
+                await elector.release()
+            if http is not None:
+                await http.stop()
+    finally:
+        if store is not None:
+            await store.close()
+        await client.close()

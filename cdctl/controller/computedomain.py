@@ -1,0 +1,113 @@
+"""Reconcile one ComputeDomain, level-based: from the view (what the log says) to the cluster.
+
+Live domain: finalizer, then (driver-managed mode) the daemon template and DaemonSet, then the workload
+template, then cliques and status. Deleting domain, in the reference's order, each step idempotent: delete the
+workload template; delete the daemon templates and DaemonSets in every namespace; remove the node labels;
+remove the workload template's finalizer and wait until it is gone; remove the daemon templates' and
+DaemonSets' finalizers and wait until they are gone; delete the cliques; remove the domain's finalizer. A
+domain that no longer exists but left objects behind (an orphan, found by the sweep) gets the same teardown
+without the last step. Called by the work queue of cdctl.controller.manager with the domain's uid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from cdctl.controller.clique import Cliques
+from cdctl.controller.context import ReconcileContext
+from cdctl.controller.daemonset import DaemonSets
+from cdctl.controller.nodes import NodeLabels
+from cdctl.controller.resourceclaimtemplate import ClaimTemplates
+from cdctl.controller.status import Status
+from cdctl.controller.view import DomainState
+from cdctl.domain.computedomains import FINALIZER, TARGET_WORKLOAD, ComputeDomainTornDown
+from cdctl.domain.errors import RetriableError
+from cdctl.k8s.resources import COMPUTE_DOMAINS
+
+log = structlog.get_logger(__name__)
+JsonObject = dict[str, Any]
+STILL_EXISTS_RETRY_S = 1.0
+
+
+class StillExists(RetriableError):
+    """Teardown waits for objects whose deletion was requested to disappear."""
+
+
+class ComputeDomainReconciler:
+    def __init__(self, ctx: ReconcileContext) -> None:
+        self.ctx = ctx
+        self.templates = ClaimTemplates(ctx)
+        self.daemon_sets = DaemonSets(ctx, self.templates)
+        self.cliques = Cliques(ctx)
+        self.node_labels = NodeLabels(ctx)
+        self.status = Status(ctx)
+
+    async def reconcile(self, uid: str) -> None:
+        state = self.ctx.view.domain(uid)
+        cd_summary = state.cd
+        with structlog.contextvars.bound_contextvars(
+            namespace=cd_summary.namespace if cd_summary else None,
+            name=cd_summary.name if cd_summary else None,
+            uid=uid,
+        ):
+            if cd_summary is None:
+                if not state.empty:
+                    log.info("tearing down the objects of a ComputeDomain that no longer exists")
+                    await self.teardown(state, None)
+                return
+            cd = self.ctx.journal.cached(COMPUTE_DOMAINS, cd_summary.namespace, cd_summary.name)
+            if cd is None or cd.get("metadata", {}).get("uid") != uid:
+                raise RetriableError("ComputeDomain not in the object cache yet", delay=0.5)
+            if cd_summary.deleting:
+                await self.teardown(state, cd)
+                return
+            await self.apply(state, cd)
+
+    async def apply(self, state: DomainState, cd: JsonObject) -> None:
+        if FINALIZER not in (state.cd.finalizers if state.cd else []):
+            await self.ctx.actions.set_finalizer(
+                state.uid,
+                COMPUTE_DOMAINS,
+                cd["metadata"]["namespace"],
+                cd["metadata"]["name"],
+                FINALIZER,
+                True,
+            )
+            cd = self._fresh(state, cd)
+        if self.ctx.settings.driver_managed_daemons:
+            await self.daemon_sets.ensure(state, cd)
+        await self.templates.ensure_workload(state, cd)
+        nodes = await self.cliques.sync(state, cd)
+        await self.status.write(state, self._fresh(state, cd), nodes)
+
+    def _fresh(self, state: DomainState, cd: JsonObject) -> JsonObject:
+        meta = cd["metadata"]
+        cached = self.ctx.journal.cached(COMPUTE_DOMAINS, meta["namespace"], meta["name"])
+        return cached if cached is not None and cached["metadata"].get("uid") == state.uid else cd
+
+    async def teardown(self, state: DomainState, cd: JsonObject | None) -> None:
+        await self.templates.delete(state, TARGET_WORKLOAD)
+        await self.daemon_sets.delete(state)
+        await self.node_labels.remove(state.uid)
+        await self.templates.remove_finalizers(state, TARGET_WORKLOAD)
+        self._assert_gone(self.templates.remaining(state, TARGET_WORKLOAD), "workload ResourceClaimTemplate")
+        await self.daemon_sets.remove_finalizers(state)
+        self._assert_gone(self.daemon_sets.remaining(state), "daemon objects")
+        await self.cliques.delete_all(state)
+        if cd is None:
+            return
+        meta = cd["metadata"]
+        await self.ctx.actions.set_finalizer(
+            state.uid, COMPUTE_DOMAINS, meta["namespace"], meta["name"], FINALIZER, False
+        )
+        await self.ctx.journal.record(
+            state.uid, [ComputeDomainTornDown(state.uid, meta["namespace"], meta["name"])]
+        )
+        log.info("ComputeDomain torn down")
+
+    @staticmethod
+    def _assert_gone(remaining: list[str], what: str) -> None:
+        if remaining:
+            raise StillExists(f"{what} still exists: {', '.join(remaining)}", delay=STILL_EXISTS_RETRY_S)

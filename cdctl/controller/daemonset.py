@@ -1,0 +1,59 @@
+"""The IMEX daemon DaemonSet of a ComputeDomain (driver-managed mode) and its claim template.
+
+`ensure` reuses a DaemonSet the domain already has in any managed namespace, else creates the daemon template
+and then the DaemonSet `computedomain-daemon-<uid>` in the driver namespace (a fixed name, so only one create
+can win). Teardown deletes the template before the DaemonSet in every namespace, then, once the rest of the
+domain is gone, removes their finalizers. Called by cdctl.controller.computedomain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdctl.controller import render
+from cdctl.controller.context import ReconcileContext
+from cdctl.controller.observations import KIND_DAEMON_SET
+from cdctl.controller.resourceclaimtemplate import ClaimTemplates
+from cdctl.controller.view import DomainState
+from cdctl.domain.computedomains import FINALIZER, TARGET_DAEMON
+from cdctl.k8s.resources import DAEMON_SETS
+
+JsonObject = dict[str, Any]
+
+
+class DaemonSets:
+    def __init__(self, ctx: ReconcileContext, templates: ClaimTemplates) -> None:
+        self.ctx = ctx
+        self.templates = templates
+
+    async def ensure(self, state: DomainState, cd: JsonObject) -> None:
+        existing = state.of_kind(KIND_DAEMON_SET)
+        namespace = existing[0].namespace if existing else self.ctx.settings.namespace
+        await self.templates.ensure_daemon(state, cd, namespace)
+        if not existing:
+            await self.ctx.actions.create(
+                state.uid, DAEMON_SETS, render.daemon_set(cd, namespace, self.ctx.settings)
+            )
+
+    async def delete(self, state: DomainState) -> None:
+        """Per namespace: the daemon template first, then the DaemonSet (both idempotent)."""
+        namespaces = {ds.namespace for ds in state.of_kind(KIND_DAEMON_SET)}
+        namespaces |= {t.namespace for t in self.templates.of_target(state, TARGET_DAEMON)}
+        for namespace in sorted(namespaces):
+            await self.templates.delete(state, TARGET_DAEMON, namespace)
+            for ds in state.of_kind(KIND_DAEMON_SET):
+                if ds.namespace == namespace and not ds.summary.get("deleting"):
+                    await self.ctx.actions.delete(state.uid, DAEMON_SETS, ds.namespace, ds.name)
+
+    async def remove_finalizers(self, state: DomainState) -> None:
+        await self.templates.remove_finalizers(state, TARGET_DAEMON)
+        for ds in state.of_kind(KIND_DAEMON_SET):
+            if FINALIZER in ds.summary.get("finalizers", []):
+                await self.ctx.actions.set_finalizer(
+                    state.uid, DAEMON_SETS, ds.namespace, ds.name, FINALIZER, False
+                )
+
+    def remaining(self, state: DomainState) -> list[str]:
+        daemon_sets = [f"DaemonSet {d.namespace}/{d.name}" for d in state.of_kind(KIND_DAEMON_SET)]
+        templates = [f"ResourceClaimTemplate {t}" for t in self.templates.remaining(state, TARGET_DAEMON)]
+        return daemon_sets + templates

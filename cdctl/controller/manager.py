@@ -1,0 +1,150 @@
+"""Wires the controller together: informers -> journal (event log + view) -> keyed queue -> reconciler.
+
+Informers follow ComputeDomains in every namespace, labelled Nodes and ResourceClaimTemplates cluster-wide,
+and labelled DaemonSets, daemon pods and ComputeDomainCliques in each managed namespace (the chart grants
+those per namespace). Every observation is recorded and folded by the journal, which enqueues the domain it
+concerns. Workers start only when the log has been replayed and every informer has listed once, so a domain
+is never judged on a partial view. A sweep enqueues every known domain at start and every
+`cleanup_interval_s`, which tears down what domains that no longer exist left behind. `run_controller` adds
+API discovery, the event log file, the HTTP endpoint and leader election around it; cdctl.cli.controller
+calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from cdctl.controller.actions import Actions
+from cdctl.controller.computedomain import ComputeDomainReconciler
+from cdctl.controller.context import ReconcileContext
+from cdctl.controller.journal import Journal
+from cdctl.controller.metrics import ControllerMetrics
+from cdctl.controller.queue import KeyedQueue, Outcome
+from cdctl.controller.settings import ControllerSettings
+from cdctl.controller.view import DomainView
+from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
+from cdctl.domain.events import Actor
+from cdctl.k8s.informer import Informer, Observation
+from cdctl.k8s.kube_events import EventRecorder
+from cdctl.k8s.resources import (
+    COMPUTE_DOMAIN_CLIQUES,
+    COMPUTE_DOMAINS,
+    DAEMON_SETS,
+    NODES,
+    PODS,
+    ResourceType,
+    resource_claim_templates,
+)
+from cdctl.k8s.rest import KubeApi
+from cdctl.store.base import EventStore
+
+log = structlog.get_logger(__name__)
+COMPONENT = "cdctl-controller"
+
+
+class ControllerManager:
+    def __init__(
+        self, settings: ControllerSettings, api: KubeApi, store: EventStore | None, resource_version: str
+    ) -> None:
+        self.settings = settings
+        self.api = api
+        self.view = DomainView()
+        self.queue = KeyedQueue(self._reconcile, workers=settings.workers, on_outcome=self._on_outcome)
+        self.metrics = ControllerMetrics(self.view, lambda: self.queue.depth)
+        self.journal = Journal(self.view, store, Actor(COMPONENT, pod=settings.pod_name), self.queue.add)
+        self.recorder = EventRecorder(api, COMPONENT, settings.pod_name)
+        self.ctx = ReconcileContext(
+            settings=settings,
+            api=api,
+            view=self.view,
+            journal=self.journal,
+            actions=Actions(api, self.journal, self.recorder),
+            recorder=self.recorder,
+            resource_version=resource_version,
+        )
+        self.reconciler = ComputeDomainReconciler(self.ctx)
+        self.informers = self._informers(resource_version)
+        self.synced = asyncio.Event()
+        self.outcome_hooks: list[Callable[[Outcome], None]] = []
+
+    def _informers(self, resource_version: str) -> list[Informer]:
+        labelled = LABEL_COMPUTE_DOMAIN
+        timeout = self.settings.watch_timeout_s
+
+        def informer(
+            resource: ResourceType, namespace: str | None = None, selector: str | None = None
+        ) -> Informer:
+            return Informer(
+                self.api, resource, namespace=namespace, label_selector=selector, watch_timeout_s=timeout
+            )
+
+        informers = [
+            informer(COMPUTE_DOMAINS),
+            informer(NODES, selector=labelled),
+            informer(resource_claim_templates(resource_version), selector=labelled),
+        ]
+        for namespace in self.settings.managed_namespaces:
+            informers.append(informer(PODS, namespace, labelled))
+            informers.append(informer(COMPUTE_DOMAIN_CLIQUES, namespace, labelled))
+            if self.settings.driver_managed_daemons:
+                informers.append(informer(DAEMON_SETS, namespace, labelled))
+        return informers
+
+    async def _reconcile(self, uid: str) -> None:
+        await self.reconciler.reconcile(uid)
+
+    def _on_outcome(self, outcome: Outcome) -> None:
+        self.metrics.observe(outcome)
+        for hook in self.outcome_hooks:
+            hook(outcome)
+
+    async def _follow(self, informer: Informer, first_sync: asyncio.Event) -> None:
+        async for item in informer.observe():
+            if isinstance(item, Observation):
+                self.journal.observe(item)
+                continue
+            present = [str(obj.get("metadata", {}).get("uid", "")) for obj in informer.known()]
+            self.journal.forget_missing(informer.resource, informer.namespace, present)
+            first_sync.set()
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        replayed = await self.journal.replay()
+        log.info("event log replayed", events=replayed, domains=len(self.view.uids()))
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.journal.run())
+            first_syncs = []
+            for informer in self.informers:
+                first_sync = asyncio.Event()
+                first_syncs.append(first_sync)
+                group.create_task(self._follow(informer, first_sync))
+            for first_sync in first_syncs:
+                await first_sync.wait()
+            log.info("caches populated", informers=len(self.informers), domains=len(self.view.uids()))
+            self.synced.set()
+            group.create_task(self.queue.run())
+            group.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        while True:
+            for uid in self.view.uids():
+                self.queue.add(uid)
+            await asyncio.sleep(self.settings.cleanup_interval_s)
+
+
+async def run_with_leadership(work: Coroutine[Any, Any, None], hold: Coroutine[Any, Any, None]) -> None:
+    """Run `work` while `hold` keeps the lease; whichever ends first ends both, and its error is raised."""
+    tasks = [asyncio.ensure_future(work), asyncio.ensure_future(hold)]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        if not task.cancelled():
+            task.result()

@@ -1,0 +1,48 @@
+"""ComputeDomain status: `status.nodes` and the global Ready/NotReady, written only when they change.
+
+The desired status comes from cdctl.domain.computedomains.desired_status over the clique entries and the
+non-fabric daemons (reference section 2.4, without the DaemonSet-count shortcut). It is compared with the
+status last observed in the view and written through the status subresource with an update guarded by
+resourceVersion (a conflict retries with the newer object). Called by cdctl.controller.computedomain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cdctl.controller.context import ReconcileContext
+from cdctl.controller.view import DomainState
+from cdctl.domain.computedomains import (
+    STATUS_READY,
+    ComputeDomainStatusChanged,
+    DaemonEntry,
+    desired_status,
+    same_status,
+)
+from cdctl.k8s.resources import COMPUTE_DOMAINS
+
+JsonObject = dict[str, Any]
+
+
+class Status:
+    def __init__(self, ctx: ReconcileContext) -> None:
+        self.ctx = ctx
+
+    async def write(self, state: DomainState, cd: JsonObject, nodes: Sequence[DaemonEntry]) -> bool:
+        """Write the status if it differs from what was last observed; whether a write happened."""
+        if state.cd is None:
+            return False
+        desired = desired_status(nodes, state.cd.num_nodes)
+        if same_status(state.cd.status, desired):
+            return False
+        written = await self.ctx.actions.replace(
+            state.uid, "update-status", COMPUTE_DOMAINS, {**cd, "status": desired}, subresource="status"
+        )
+        if written is None:
+            return False
+        ready = sum(1 for node in nodes if node.status == STATUS_READY)
+        await self.ctx.journal.record(
+            state.uid, [ComputeDomainStatusChanged(state.uid, desired["status"], len(nodes), ready)]
+        )
+        return True
