@@ -1,0 +1,219 @@
+"""Fake `nvidia-imex` and `nvidia-imex-ctl` for the simulated rack (no GPU, no IMEX driver needed).
+
+`python -m cdctl.sim.fakeimex imex -c CFG` behaves like the daemon: it reads the IMEX config (KEY=VALUE lines:
+IMEX_NODE_CONFIG_FILE, IMEX_CMD_BIND_INTERFACE_IP / BIND_INTERFACE_IP, SERVER_PORT, IMEX_CMD_PORT) and the
+node list, registers itself, re-reads the node list on SIGUSR1 and leaves on SIGTERM/SIGINT (exit 0).
+`python -m cdctl.sim.fakeimex ctl -c CFG -q` answers `READY` once the local daemon runs and every peer in its
+node list that resolves (an IP, or a name in the hosts file) is up, else `NOT_READY`; `-N` lists the peers.
+Peers find each other through files in one registry directory on this machine (`CDCTL_FAKE_IMEX_DIR`); names
+resolve through `CDCTL_FAKE_IMEX_HOSTS` (default /etc/hosts). `install_executables(bin_dir)` writes the two
+commands under their real names, for a PATH the cdctl daemon finds them on. Used by the rack and the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REGISTRY_ENV = "CDCTL_FAKE_IMEX_DIR"
+HOSTS_ENV = "CDCTL_FAKE_IMEX_HOSTS"
+DEFAULT_REGISTRY = "/tmp/cdctl-fake-imex"
+DEFAULT_HOSTS = "/etc/hosts"
+EXECUTABLES = {"nvidia-imex": "imex", "nvidia-imex-ctl": "ctl"}
+
+
+class ImexConfigError(Exception):
+    """The IMEX config or node list is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class ImexConfig:
+    path: Path
+    values: dict[str, str]
+
+    @property
+    def node_file(self) -> Path:
+        node_file = self.values.get("IMEX_NODE_CONFIG_FILE", "")
+        if not node_file:
+            raise ImexConfigError(f"{self.path}: IMEX_NODE_CONFIG_FILE is not set")
+        return Path(node_file)
+
+    @property
+    def address(self) -> str:
+        """Who this daemon is to its peers: the command bind IP, else the bind IP, else loopback."""
+        return (
+            self.values.get("IMEX_CMD_BIND_INTERFACE_IP")
+            or self.values.get("BIND_INTERFACE_IP")
+            or "127.0.0.1"
+        )
+
+    @property
+    def server_port(self) -> int:
+        return int(self.values.get("SERVER_PORT") or 50000)
+
+
+def read_config(path: Path) -> ImexConfig:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ImexConfigError(f"cannot read IMEX config {path}: {error.strerror}") from error
+    values = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, equals, value = line.partition("=")
+        if not equals:
+            raise ImexConfigError(f"{path}: not a KEY=VALUE line: {line!r}")
+        values[key.strip()] = value.strip()
+    return ImexConfig(path, values)
+
+
+def read_nodes(path: Path) -> list[str]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as error:
+        raise ImexConfigError(f"cannot read IMEX node list {path}: {error.strerror}") from error
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
+def read_hosts(path: Path) -> dict[str, str]:
+    """Host name -> address from an /etc/hosts style file (missing file: nothing resolves)."""
+    names: dict[str, str] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return names
+    for line in lines:
+        fields = line.split("#", 1)[0].split()
+        for name in fields[1:]:
+            names.setdefault(name, fields[0])
+    return names
+
+
+def _is_address(text: str) -> bool:
+    parts = text.split(".")
+    return (len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)) or ":" in text
+
+
+class Registry:
+    """One file per running fake daemon, named after its address; liveness is the recorded pid."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @classmethod
+    def from_env(cls) -> Registry:
+        return cls(Path(os.environ.get(REGISTRY_ENV, DEFAULT_REGISTRY)))
+
+    def _file(self, address: str) -> Path:
+        return self.directory / f"{hashlib.sha256(address.encode()).hexdigest()[:16]}.json"
+
+    def register(self, address: str, nodes: list[str]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        target = self._file(address)
+        temporary = target.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"address": address, "pid": os.getpid(), "nodes": nodes}))
+        temporary.replace(target)
+
+    def unregister(self, address: str) -> None:
+        target = self._file(address)
+        try:
+            if json.loads(target.read_text()).get("pid") == os.getpid():
+                target.unlink()
+        except (OSError, ValueError):
+            pass
+
+    def entry(self, address: str) -> dict[str, Any] | None:
+        """The registration of a live daemon at `address`, if any."""
+        try:
+            entry = json.loads(self._file(address).read_text())
+            os.kill(int(entry["pid"]), 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return dict(entry)
+
+
+def peer_states(config: ImexConfig, registry: Registry, hosts: dict[str, str]) -> dict[str, str] | None:
+    """Node-list entry -> UP / DOWN / UNRESOLVED for the local daemon's peers; None when it is not running."""
+    local = registry.entry(config.address)
+    if local is None:
+        return None
+    states = {}
+    for node in [str(n) for n in local.get("nodes") or []]:
+        address = node if _is_address(node) else hosts.get(node)
+        if address is None:
+            states[node] = "UNRESOLVED"
+        else:
+            states[node] = "UP" if address == config.address or registry.entry(address) else "DOWN"
+    return states
+
+
+def run_imex(config_path: Path) -> int:
+    config = read_config(config_path)
+    registry = Registry.from_env()
+    handled = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
+    signal.pthread_sigmask(signal.SIG_BLOCK, handled)
+    registry.register(config.address, read_nodes(config.node_file))
+    print(f"IMEX daemon (fake) serving {config.address}:{config.server_port}", file=sys.stderr, flush=True)
+    try:
+        while signal.sigwait(handled) == signal.SIGUSR1:
+            registry.register(config.address, read_nodes(config.node_file))
+            print("IMEX daemon (fake): node list re-read", file=sys.stderr, flush=True)
+    finally:
+        registry.unregister(config.address)
+    return 0
+
+
+def run_ctl(config_path: Path, query: bool, list_nodes: bool) -> int:
+    config = read_config(config_path)
+    hosts = read_hosts(Path(os.environ.get(HOSTS_ENV, DEFAULT_HOSTS)))
+    states = peer_states(config, Registry.from_env(), hosts)
+    if states is None:
+        print(f"UNAVAILABLE: no IMEX daemon at {config.address}")
+        return 1
+    if list_nodes:
+        for node, state in states.items():
+            print(f"{node}\t{state}")
+    if query:
+        print("READY" if all(s != "DOWN" for s in states.values()) else "NOT_READY")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fakeimex", description="Fake nvidia-imex / nvidia-imex-ctl.")
+    parser.add_argument("tool", choices=sorted(set(EXECUTABLES.values())))
+    parser.add_argument("-c", "--config", type=Path, default=Path("/etc/nvidia-imex/config.cfg"))
+    parser.add_argument("-q", "--query", action="store_true", help="ctl: print READY or NOT_READY")
+    parser.add_argument("-N", "--nodes", action="store_true", help="ctl: list the peers and their state")
+    args = parser.parse_args(argv)
+    try:
+        if args.tool == "imex":
+            return run_imex(args.config)
+        return run_ctl(args.config, args.query, args.nodes)
+    except ImexConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def install_executables(bin_dir: Path, python: str = sys.executable) -> dict[str, Path]:
+    """Write `nvidia-imex` and `nvidia-imex-ctl` into `bin_dir` (for PATH); returns name -> path."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    installed = {}
+    for name, tool in EXECUTABLES.items():
+        path = bin_dir / name
+        path.write_text(f'#!/bin/sh\nexec "{python}" -m cdctl.sim.fakeimex {tool} "$@"\n')
+        path.chmod(0o755)
+        installed[name] = path
+    return installed
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The fake nvidia-imex / nvidia-imex-ctl executables: config and node list reading, peers, readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from cdctl.sim.fakeimex import install_executables
+
+Launcher = Callable[[str, list[str]], "asyncio.Future[asyncio.subprocess.Process]"]
+
+
+def _write_config(directory: Path, address: str, nodes: list[str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    node_file = directory / "nodes.cfg"
+    node_file.write_text("".join(f"{n}\n" for n in nodes))
+    config = directory / "imexd.cfg"
+    config.write_text(
+        "LOG_LEVEL=4\nDAEMONIZE=0\nSERVER_PORT=50000\n"
+        f"IMEX_NODE_CONFIG_FILE={node_file}\nIMEX_CMD_BIND_INTERFACE_IP={address}\nIMEX_CMD_PORT=50005\n"
+    )
+    return config
+
+
+@pytest.fixture
+def imex_env(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    install_executables(bin_dir)
+    env = dict(os.environ)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env["CDCTL_FAKE_IMEX_DIR"] = str(tmp_path / "registry")
+    env["CDCTL_FAKE_IMEX_HOSTS"] = str(tmp_path / "hosts")
+    return env
+
+
+@pytest.fixture
+async def daemons(imex_env: dict[str, str]) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    started: list[asyncio.subprocess.Process] = []
+    yield started
+    for process in started:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await process.wait()
+
+
+async def _start(
+    env: dict[str, str], config: Path, into: list[asyncio.subprocess.Process]
+) -> asyncio.subprocess.Process:
+    process = await asyncio.create_subprocess_exec(
+        "nvidia-imex", "-c", str(config), env=env, stderr=asyncio.subprocess.PIPE
+    )
+    into.append(process)
+    assert process.stderr is not None
+    async with asyncio.timeout(30):
+        banner = await process.stderr.readline()
+    assert b"serving" in banner
+    return process
+
+
+async def _query(env: dict[str, str], config: Path, *flags: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        "nvidia-imex-ctl",
+        "-c",
+        str(config),
+        *flags,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    async with asyncio.timeout(30):
+        output, _ = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, output.decode()
+
+
+async def test_ready_only_when_every_listed_peer_is_up(
+    tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
+) -> None:
+    peers = ["10.0.0.1", "10.0.0.2"]
+    first = _write_config(tmp_path / "a", peers[0], peers)
+    second = _write_config(tmp_path / "b", peers[1], peers)
+    assert await _query(imex_env, first, "-q") == (1, "UNAVAILABLE: no IMEX daemon at 10.0.0.1\n")
+    await _start(imex_env, first, daemons)
+    assert await _query(imex_env, first, "-q") == (0, "NOT_READY\n")
+    stopping = await _start(imex_env, second, daemons)
+    assert await _query(imex_env, first, "-q") == (0, "READY\n")
+    assert await _query(imex_env, second, "-q") == (0, "READY\n")
+    stopping.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(30):
+        assert await stopping.wait() == 0
+    assert await _query(imex_env, first, "-q") == (0, "NOT_READY\n")
+
+
+async def test_names_resolve_through_the_hosts_file_and_unresolved_names_are_skipped(
+    tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
+) -> None:
+    names = [f"compute-domain-daemon-{i:04d}" for i in range(4)]
+    Path(imex_env["CDCTL_FAKE_IMEX_HOSTS"]).write_text(
+        "127.0.0.1\tlocalhost\n# Compute Domain Daemon mappings\n10.0.0.1\tcompute-domain-daemon-0000\n"
+        "10.0.0.2\tcompute-domain-daemon-0001\n"
+    )
+    first = _write_config(tmp_path / "a", "10.0.0.1", names)
+    second = _write_config(tmp_path / "b", "10.0.0.2", names)
+    await _start(imex_env, first, daemons)
+    code, listing = await _query(imex_env, first, "-N")
+    assert code == 0
+    assert listing.splitlines() == [
+        "compute-domain-daemon-0000\tUP",
+        "compute-domain-daemon-0001\tDOWN",
+        "compute-domain-daemon-0002\tUNRESOLVED",
+        "compute-domain-daemon-0003\tUNRESOLVED",
+    ]
+    await _start(imex_env, second, daemons)
+    assert await _query(imex_env, first, "-q") == (0, "READY\n")
+
+
+async def test_sigusr1_rereads_the_node_list(
+    tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
+) -> None:
+    config = _write_config(tmp_path / "a", "10.0.0.1", ["10.0.0.1"])
+    process = await _start(imex_env, config, daemons)
+    assert await _query(imex_env, config, "-q") == (0, "READY\n")
+    (tmp_path / "a" / "nodes.cfg").write_text("10.0.0.1\n10.0.0.9\n")
+    process.send_signal(signal.SIGUSR1)
+    assert process.stderr is not None
+    async with asyncio.timeout(30):
+        assert b"re-read" in await process.stderr.readline()
+    assert await _query(imex_env, config, "-q") == (0, "NOT_READY\n")
+
+
+async def test_missing_node_file_setting_is_an_error(tmp_path: Path, imex_env: dict[str, str]) -> None:
+    config = tmp_path / "bad.cfg"
+    config.write_text("SERVER_PORT=50000\n")
+    process = await asyncio.create_subprocess_exec(
+        "nvidia-imex", "-c", str(config), env=imex_env, stderr=asyncio.subprocess.PIPE
+    )
+    async with asyncio.timeout(30):
+        _, error = await process.communicate()
+    assert process.returncode == 2
+    assert b"IMEX_NODE_CONFIG_FILE" in error
