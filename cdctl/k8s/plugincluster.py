@@ -141,3 +141,14 @@ class KubeClusterPort:
             )  # fmt: skip
         except KubeApiError as exc:
             log.warning("could not record a Node event", reason=reason, error=str(exc))
+
+
+async def connect(kubeconfig: str | None, qps: float, burst: int) -> KubeApi:
+    """A KubeApi for the plugin (kubeconfig file, else in-cluster); close it with `disconnect`."""
+    from cdctl.k8s.client import api_client
+
+    return KubeApi(await api_client(kubeconfig), qps=qps, burst=burst)
+
+
+async def disconnect(api: KubeApi) -> None:
+    await api.client.close()

@@ -1,0 +1,230 @@
+"""`cdctl kubelet-plugin`: flags and environment to a PluginConfig, then the plugin process until SIGTERM.
+
+Registered on the root group by cdctl.cli.main through `register(root)`. Every flag has an environment twin;
+the Go driver's names are kept (NODE_NAME, CDI_ROOT, NVIDIA_DRIVER_ROOT/HOST_DRIVER_ROOT,
+DRIVER_ROOT_CTR_PATH, KUBELET_REGISTRAR_DIRECTORY_PATH, KUBELET_PLUGINS_DIRECTORY_PATH, HEALTHCHECK_PORT,
+FEATURE_GATES, ...). A
+typed error ends the command with a one-line reason and its exit code; SIGTERM/SIGINT stop it cleanly (0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+import structlog
+
+from cdctl.api.gates import parse_feature_gates
+from cdctl.domain.errors import CdctlError
+from cdctl.plugin.app import PluginConfig, PluginProcess
+from cdctl.plugin.nvml import fake_from_spec
+
+
+def _configure_logging(fmt: str, verbosity: int) -> None:
+    level = logging.DEBUG if verbosity >= 6 else logging.INFO
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+
+
+async def _serve(cfg: PluginConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        loop.add_signal_handler(sig, stop.set)
+    await PluginProcess(cfg).run(stop)
+
+
+def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            fake_from_spec(value)
+        except CdctlError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
+
+
+@click.command("kubelet-plugin")
+@click.option("--node-name", envvar="NODE_NAME", required=True, help="This node's name.")
+@click.option(
+    "--namespace",
+    envvar="NAMESPACE",
+    default="default",
+    show_default=True,
+    help="The driver namespace (where ComputeDomainCliques live).",
+)
+@click.option(
+    "--cdi-root",
+    envvar="CDI_ROOT",
+    default="/etc/cdi",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Directory the CDI specs are written to (the chart uses /var/run/cdi).",
+)
+@click.option(
+    "--nvidia-driver-root",
+    "--host-driver-root",
+    "nvidia_driver_root",
+    envvar=["NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"],
+    default="/",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Driver root on the host (host paths in CDI specs).",
+)
+@click.option(
+    "--container-driver-root",
+    envvar="DRIVER_ROOT_CTR_PATH",
+    default="/driver-root",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Where the host driver root is mounted in this container.",
+)
+@click.option(
+    "--kubelet-registrar-directory-path",
+    envvar="KUBELET_REGISTRAR_DIRECTORY_PATH",
+    default="/var/lib/kubelet/plugins_registry",
+    show_default=True,
+    type=click.Path(path_type=Path),
+)
+@click.option(
+    "--kubelet-plugins-directory-path",
+    envvar="KUBELET_PLUGINS_DIRECTORY_PATH",
+    default="/var/lib/kubelet/plugins",
+    show_default=True,
+    type=click.Path(path_type=Path),
+)
+@click.option(
+    "--healthcheck-port",
+    envvar="HEALTHCHECK_PORT",
+    default=-1,
+    show_default=True,
+    type=int,
+    help="gRPC health port (liveness); -1 disables, 0 picks a free port.",
+)
+@click.option(
+    "--db",
+    envvar="CDCTL_DB",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Event log file [default: <plugins dir>/compute-domain.nvidia.com/events.db].",
+)
+@click.option(
+    "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent."
+)
+@click.option("--kube-api-qps", envvar="KUBE_API_QPS", default=5.0, show_default=True, type=float)
+@click.option("--kube-api-burst", envvar="KUBE_API_BURST", default=10, show_default=True, type=int)
+@click.option("--feature-gates", envvar="FEATURE_GATES", default="", help="Comma list of Gate=true|false.")
+@click.option(
+    "--fake-nvml",
+    envvar="FAKE_NVML",
+    default=None,
+    callback=_fake_nvml,
+    help="Use a fake device library: none, or <clusterUUID>.<cliqueId>[:FABRIC_STATE].",
+)
+@click.option(
+    "--proc-devices",
+    envvar=["PROC_DEVICES", "ALT_PROC_DEVICES_PATH"],
+    default="/proc/devices",
+    show_default=True,
+    help="File listing device majors (nvidia-caps-imex-channels, nvidia-caps).",
+)
+@click.option(
+    "--fabric-imex-mgmt-cap",
+    envvar="FABRIC_IMEX_MGMT_CAP",
+    default="/proc/driver/nvidia/capabilities/fabric-imex-mgmt",
+    show_default=True,
+)
+@click.option(
+    "--boot-id-path", envvar="BOOT_ID_PATH", default="/proc/sys/kernel/random/boot_id", show_default=True
+)
+@click.option(
+    "--resource-api-version",
+    envvar="RESOURCE_API_VERSION",
+    default=None,
+    help="resource.k8s.io version to use (default: discover v1, else v1beta2, else v1beta1).",
+)
+@click.option(
+    "--fabric-reprobe-interval",
+    envvar="FABRIC_REPROBE_INTERVAL",
+    default=30.0,
+    show_default=True,
+    type=float,
+    help="Seconds between NVLink fabric probes while it is not COMPLETED.",
+)
+@click.option(
+    "--log-format",
+    envvar="LOG_FORMAT",
+    default="console",
+    show_default=True,
+    type=click.Choice(["console", "json"]),
+)
+@click.option("-v", "--verbosity", envvar="LOG_VERBOSITY", default=4, show_default=True, type=int)
+def kubelet_plugin(
+    node_name: str,
+    namespace: str,
+    cdi_root: Path,
+    nvidia_driver_root: Path,
+    container_driver_root: Path,
+    kubelet_registrar_directory_path: Path,
+    kubelet_plugins_directory_path: Path,
+    healthcheck_port: int,
+    db: Path | None,
+    kubeconfig: str | None,
+    kube_api_qps: float,
+    kube_api_burst: int,
+    feature_gates: str,
+    fake_nvml: str | None,
+    proc_devices: str,
+    fabric_imex_mgmt_cap: str,
+    boot_id_path: str,
+    resource_api_version: str | None,
+    fabric_reprobe_interval: float,
+    log_format: str,
+    verbosity: int,
+) -> None:
+    """Serve the kubelet DRA API for ComputeDomain channels and daemons on this node."""
+    _configure_logging(log_format, verbosity)
+    try:
+        gates = parse_feature_gates(feature_gates)
+        cfg = PluginConfig(
+            node_name=node_name,
+            namespace=namespace,
+            cdi_root=cdi_root,
+            registrar_dir=kubelet_registrar_directory_path,
+            plugins_dir=kubelet_plugins_directory_path,
+            healthcheck_port=healthcheck_port,
+            db=db,
+            kubeconfig=kubeconfig,
+            kube_api_qps=kube_api_qps,
+            kube_api_burst=kube_api_burst,
+            gates=gates,
+            fake_nvml=fake_nvml,
+            nvidia_driver_root=nvidia_driver_root,
+            container_driver_root=container_driver_root,
+            proc_devices=proc_devices,
+            fabric_imex_mgmt_cap=fabric_imex_mgmt_cap,
+            boot_id_path=boot_id_path,
+            resource_api_version=resource_api_version,
+            fabric_reprobe_s=fabric_reprobe_interval,
+        )
+        asyncio.run(_serve(cfg))
+    except CdctlError as exc:
+        click.echo(f"cdctl kubelet-plugin: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+def register(root: click.Group) -> None:
+    root.add_command(kubelet_plugin)

@@ -1,0 +1,272 @@
+"""The kubelet plugin process: start-up order, background loops and shutdown.
+
+Called by `cdctl kubelet-plugin` (cdctl.cli.plugin) with a `PluginConfig`. Start-up: directories, clique
+discovery (a fabric that is not COMPLETED under CrashOnNVLinkFabricErrors does not stop the plugin: it serves
+without `channel-0`, says why in the log and in an Event on the Node, and re-probes), the driver-version
+rule of IMEXDaemonsWithDNSNames, the event log (rebuild, boot id), the base CDI spec, the cluster adapter,
+the gRPC servers (DRA first, then registration, then health), then the loops: ResourceSlice publishing
+(after each registration, when the slice changes or vanishes, and periodically), fabric re-probe, and the
+stale-claim and domain-directory sweeps. Stops cleanly when `stop` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from cdctl.api import gates as fg
+from cdctl.domain.errors import CdctlError, PermanentError
+from cdctl.domain.events import Actor
+from cdctl.k8s import nodes, plugincluster
+from cdctl.k8s.discovery import discover_resource_version
+from cdctl.k8s.errors import KubeApiError
+from cdctl.k8s.informer import Informer
+from cdctl.k8s.resourceslices import PublishedDevice, SlicePublisher, resource_slices
+from cdctl.k8s.rest import KubeApi
+from cdctl.plugin import cdi, nvml
+from cdctl.plugin.checkpoint import BOOT_ID_PATH, ClaimBook, read_boot_id
+from cdctl.plugin.devices import DRIVER_NAME
+from cdctl.plugin.driver import Driver
+from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
+from cdctl.plugin.server import PluginServers, ServerPaths
+from cdctl.store import SqliteEventStore
+
+log = structlog.get_logger("cdctl.plugin.app")
+
+IMEX_BINARIES = ("nvidia-imex", "nvidia-imex-ctl")
+BIN_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "opt/bin")
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    node_name: str
+    namespace: str = "default"
+    cdi_root: Path = Path("/etc/cdi")
+    registrar_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    plugins_dir: Path = Path("/var/lib/kubelet/plugins")
+    healthcheck_port: int = -1
+    db: Path | None = None
+    kubeconfig: str | None = None
+    kube_api_qps: float = 5.0
+    kube_api_burst: int = 10
+    gates: fg.FeatureGates = field(default_factory=fg.defaults)
+    fake_nvml: str | None = None
+    nvidia_driver_root: Path = Path("/")
+    container_driver_root: Path = Path("/driver-root")
+    proc_devices: str = cdi.DEFAULT_PROC_DEVICES
+    fabric_imex_mgmt_cap: str = cdi.FABRIC_IMEX_MGMT_CAP
+    boot_id_path: str = BOOT_ID_PATH
+    resource_api_version: str | None = None
+    fabric_reprobe_s: float = 30.0
+    resync_s: float = 60.0
+    sweep_s: float = 600.0
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.plugins_dir / DRIVER_NAME
+
+    @property
+    def db_path(self) -> Path:
+        return self.db or self.plugin_dir / "events.db"
+
+
+def device_lib(cfg: PluginConfig) -> nvml.DeviceLib:
+    if cfg.fake_nvml is not None:
+        return nvml.fake_from_spec(cfg.fake_nvml)
+    return nvml.PynvmlDeviceLib(str(cfg.container_driver_root))
+
+
+def published_devices(fabric: FabricStatus, host_managed: bool) -> list[PublishedDevice]:
+    """channel-0 only once the fabric is COMPLETED; daemon-0 unless IMEX is host-managed."""
+    out = [] if fabric.pending is not None else [PublishedDevice("channel-0", "channel", 0)]
+    if not host_managed:
+        out.append(PublishedDevice("daemon-0", "daemon", 0))
+    return out
+
+
+def base_edits(cfg: PluginConfig) -> cdi.ContainerEdits:
+    """Env for every daemon container plus the host's nvidia-imex binaries, where the driver root has them."""
+    mounts = []
+    for name in IMEX_BINARIES:
+        for rel in BIN_DIRS:
+            if (cfg.container_driver_root / rel / name).is_file():
+                host = str(cfg.nvidia_driver_root / rel / name)
+                mounts.append(cdi.Mount(host, f"/usr/bin/{name}", ("ro", "nosuid", "nodev", "bind")))
+                break
+    return cdi.ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=void",), mounts=tuple(mounts))
+
+
+def probe_fabric(lib: nvml.DeviceLib, strict: bool) -> nvml.CliqueDiscovery:
+    found = nvml.discover_clique(lib.probe(), strict=strict)
+    for note in found.notes:
+        log.info(note)
+    return found
+
+
+class PluginProcess:
+    """Everything the running plugin owns; `run` until `stop` is set."""
+
+    def __init__(self, cfg: PluginConfig) -> None:
+        self.cfg = cfg
+        self.fabric = FabricStatus()
+        self.republish = asyncio.Event()
+        self.host_managed = cfg.gates.enabled(fg.HOST_MANAGED_IMEX)
+        self.store: SqliteEventStore | None = None
+        self.api: KubeApi | None = None
+        self.cluster: plugincluster.KubeClusterPort | None = None
+        self.servers: PluginServers | None = None
+        self.state: DeviceState | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            await self._start()
+            await stop.wait()
+        finally:
+            await self._stop()
+
+    async def _start(self) -> None:
+        cfg = self.cfg
+        for override in cfg.gates.overrides:
+            log.info(override)
+        log.info(
+            "starting kubelet plugin", node=cfg.node_name, gates=cfg.gates.explicit(), db=str(cfg.db_path)
+        )
+        cfg.plugin_dir.mkdir(parents=True, exist_ok=True)
+        cfg.cdi_root.mkdir(parents=True, exist_ok=True)
+        lib = device_lib(cfg)
+        strict = cfg.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
+        found = await asyncio.to_thread(probe_fabric, lib, strict)
+        self.fabric.clique_id, self.fabric.pending = found.clique_id, found.pending
+        if found.pending:
+            log.warning(
+                "NVLink fabric not ready: serving without channel-0 until it completes", reason=found.pending
+            )
+        else:
+            log.info("identified fabric clique", clique_id=found.clique_id or "(none)")
+        if cfg.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES):
+            version = await asyncio.to_thread(lib.driver_version)
+            if not nvml.driver_version_at_least(version):
+                raise PermanentError(
+                    f"minimum version not satisfied for IMEXDaemonsWithDNSNames feature (driver {version} < "
+                    "570.158.01); set featureGates.IMEXDaemonsWithDNSNames=false"
+                )
+            log.info("driver version validation passed", version=version)
+        self.store = await SqliteEventStore.open(cfg.db_path)
+        book = await ClaimBook.load(self.store, cfg.node_name, Actor("kubelet-plugin", node=cfg.node_name))
+        invalidated = await book.observe_boot(read_boot_id(cfg.boot_id_path), self.fabric.clique_id)
+        cdi.write_spec(cdi.base_spec_path(cfg.cdi_root), cdi.build_base_spec(base_edits(cfg)))
+        self.api = await plugincluster.connect(cfg.kubeconfig, cfg.kube_api_qps, cfg.kube_api_burst)
+        node_obj = await nodes.get_node(self.api, cfg.node_name)
+        node_uid = str(node_obj["metadata"]["uid"])
+        version = await discover_resource_version(self.api, cfg.resource_api_version)
+        self.cluster = plugincluster.KubeClusterPort(
+            self.api, resource_version=version, driver_namespace=cfg.namespace, node_uid=node_uid,
+            use_cliques=cfg.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES),
+        )  # fmt: skip
+        self.cluster.start()
+        settings = PrepareSettings(
+            node=cfg.node_name,
+            plugin_dir=cfg.plugin_dir,
+            cdi_root=cfg.cdi_root,
+            proc_devices=cfg.proc_devices,
+            fabric_imex_mgmt_cap=cfg.fabric_imex_mgmt_cap,
+            host_managed=self.host_managed,
+        )
+        self.state = DeviceState(settings, book, self.cluster, self.fabric)
+        removed = self.state.remove_orphan_specs()
+        if invalidated or removed:
+            log.info(
+                "cleaned up after reboot/crash", invalidated=len(invalidated), specs_removed=len(removed)
+            )
+        if found.pending:
+            await self.cluster.node_event(cfg.node_name, "NVLinkFabricNotReady", found.pending)
+        publisher = SlicePublisher(
+            self.api, node=cfg.node_name, node_uid=node_uid, driver=DRIVER_NAME, version=version
+        )
+        self.servers = PluginServers(
+            ServerPaths(cfg.registrar_dir, cfg.plugin_dir), Driver(self.state, self.cluster),
+            self.republish.set, cfg.healthcheck_port,
+        )  # fmt: skip
+        await self.servers.start()
+        self.republish.set()
+        self._tasks = [
+            asyncio.create_task(self._publish_loop(publisher), name="slice-publisher"),
+            asyncio.create_task(self._watch_slices(version), name="slice-watch"),
+            asyncio.create_task(self._sweep_loop(), name="claim-sweep"),
+        ]
+        if found.pending:
+            self._tasks.append(asyncio.create_task(self._reprobe_loop(lib, strict), name="fabric-reprobe"))
+
+    async def _publish_loop(self, publisher: SlicePublisher) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.cfg.resync_s):
+                    await self.republish.wait()
+            self.republish.clear()
+            try:
+                await publisher.sync(published_devices(self.fabric, self.host_managed))
+            except KubeApiError as exc:
+                log.warning("publishing the ResourceSlice failed; retrying", error=str(exc))
+                await asyncio.sleep(1.0)
+                self.republish.set()
+
+    async def _watch_slices(self, version: str) -> None:
+        assert self.api is not None
+        informer = Informer(
+            self.api, resource_slices(version),
+            field_selector=f"spec.driver={DRIVER_NAME},spec.nodeName={self.cfg.node_name}",
+        )  # fmt: skip
+        async for _ in informer.observe():
+            self.republish.set()  # a change or deletion by anyone: compare and repair
+
+    async def _reprobe_loop(self, lib: nvml.DeviceLib, strict: bool) -> None:
+        assert self.cluster is not None
+        while self.fabric.pending is not None:
+            await asyncio.sleep(self.cfg.fabric_reprobe_s)
+            try:
+                found = await asyncio.to_thread(probe_fabric, lib, strict)
+            except CdctlError as exc:
+                log.error("fabric re-probe failed", error=str(exc))
+                continue
+            if found.pending is None:
+                self.fabric.clique_id, self.fabric.pending = found.clique_id, None
+                message = (
+                    f"NVLink fabric completed; clique {found.clique_id or '(none)'}; publishing channel-0"
+                )
+                log.info(message)
+                await self.cluster.node_event(self.cfg.node_name, "NVLinkFabricReady", message, warning=False)
+                self.republish.set()
+            elif found.pending != self.fabric.pending:
+                self.fabric.pending = found.pending
+                log.warning("NVLink fabric still not ready", reason=found.pending)
+
+    async def _sweep_loop(self) -> None:
+        assert self.state is not None
+        while True:
+            try:
+                await self.state.sweep_stale()
+                await self.state.cleanup_domain_dirs()
+            except CdctlError as exc:
+                log.warning("cleanup round failed", error=str(exc))
+            await asyncio.sleep(self.cfg.sweep_s)
+
+    async def _stop(self) -> None:
+        if self.servers is not None:
+            await self.servers.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.cluster is not None:
+            await self.cluster.close()
+        if self.api is not None:
+            await plugincluster.disconnect(self.api)
+        if self.store is not None:
+            await self.store.close()
+        log.info("kubelet plugin stopped")
