@@ -27,6 +27,13 @@ def _write_config(directory: Path, address: str, nodes: list[str]) -> Path:
     return config
 
 
+def _write_hosts(path: Path) -> None:
+    path.write_text(
+        "127.0.0.1\tlocalhost\n# Compute Domain Daemon mappings\n10.0.0.1\tcompute-domain-daemon-0000\n"
+        "10.0.0.2\tcompute-domain-daemon-0001\n"
+    )
+
+
 @pytest.fixture
 def imex_env(tmp_path: Path) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
@@ -101,10 +108,7 @@ async def test_names_resolve_through_the_hosts_file_and_unresolved_names_are_ski
     tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
 ) -> None:
     names = [f"compute-domain-daemon-{i:04d}" for i in range(4)]
-    Path(imex_env["CDCTL_FAKE_IMEX_HOSTS"]).write_text(
-        "127.0.0.1\tlocalhost\n# Compute Domain Daemon mappings\n10.0.0.1\tcompute-domain-daemon-0000\n"
-        "10.0.0.2\tcompute-domain-daemon-0001\n"
-    )
+    _write_hosts(Path(imex_env["CDCTL_FAKE_IMEX_HOSTS"]))
     first = _write_config(tmp_path / "a", "10.0.0.1", names)
     second = _write_config(tmp_path / "b", "10.0.0.2", names)
     await _start(imex_env, first, daemons)
