@@ -57,7 +57,13 @@ async def run_controller(
             return manager.synced.is_set() or (elector is not None and not elector.is_leader)
 
         http = (
-            HttpEndpoint(settings.http_endpoint, settings.metrics_path, manager.metrics.registry, ready)
+            HttpEndpoint(
+                settings.http_endpoint,
+                settings.metrics_path,
+                manager.metrics.registry,
+                ready,
+                settings.pprof_path,
+            )
             if settings.http_endpoint
             else None
         )

@@ -1,12 +1,15 @@
 """The controller's HTTP endpoint (`--http-endpoint`): Prometheus metrics, liveness and readiness.
 
 `/metrics` (or `--metrics-path`) serves the controller's registry, `/healthz` answers while the process runs,
-`/readyz` once the caches are populated (or while a standby waits for the lease). Started by
+`/readyz` once the caches are populated (or while a standby waits for the lease), and with `--pprof-path`
+`<path>/tasks` dumps every asyncio task's stack. Started by
 cdctl.controller.manager; `parse_endpoint` accepts the Go forms ":8080", "host:port" and "[::1]:8080".
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
 from collections.abc import Callable
 
 from aiohttp import web
@@ -23,10 +26,16 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
 
 class HttpEndpoint:
     def __init__(
-        self, endpoint: str, metrics_path: str, registry: CollectorRegistry, ready: Callable[[], bool]
-    ):
+        self,
+        endpoint: str,
+        metrics_path: str,
+        registry: CollectorRegistry,
+        ready: Callable[[], bool],
+        pprof_path: str = "",
+    ) -> None:
         self.host, self.port = parse_endpoint(endpoint)
         self.metrics_path = metrics_path or "/metrics"
+        self.pprof_path = pprof_path.rstrip("/")
         self.registry = registry
         self.ready = ready
         self._runner: web.AppRunner | None = None
@@ -36,6 +45,8 @@ class HttpEndpoint:
         app.router.add_get(self.metrics_path, self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        if self.pprof_path:
+            app.router.add_get(f"{self.pprof_path}/tasks", self._tasks)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -51,6 +62,14 @@ class HttpEndpoint:
     async def _metrics(self, _: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _tasks(self, _: web.Request) -> web.Response:
+        """Every running asyncio task with its stack: the Python counterpart of a goroutine dump."""
+        out = io.StringIO()
+        for task in asyncio.all_tasks():
+            out.write(f"--- {task.get_name()}: {task.get_coro()!r}\n")
+            task.print_stack(file=out)
+        return web.Response(text=out.getvalue())
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -1,0 +1,279 @@
+"""`cdctl controller`: flags and environment to ControllerSettings, then the controller until SIGTERM.
+
+Registered on the root group by cdctl.cli.main through `register(root)`. The flags are the Go driver's
+(reference section 7), each with its environment twin (POD_NAME, NAMESPACE, IMAGE_NAME,
+CD_DAEMON_IMAGE_PULL_SECRET_NAMES, LOG_VERBOSITY_CD_DAEMON, MAX_NODES_PER_IMEX_DOMAIN, HTTP_ENDPOINT,
+METRICS_PATH, PPROF_PATH, ADDITIONAL_NAMESPACES, LEADER_ELECTION_*, KUBECONFIG, KUBE_API_QPS, KUBE_API_BURST,
+FEATURE_GATES), plus cdctl's own (CDCTL_DB, RESOURCE_API_VERSION, LOG_FORMAT, LOG_VERBOSITY). Durations take
+Go's forms ("15s", "1m30s", "500ms"). SIGTERM/SIGINT stop cleanly (exit 0, the lease released); losing the
+lease exits 1; a typed error ends the command with a one-line reason and its exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import signal
+import sys
+
+import click
+import structlog
+
+from cdctl.api.gates import parse_feature_gates
+from cdctl.controller.app import run_controller
+from cdctl.controller.leader import LeadershipLost
+from cdctl.controller.settings import ControllerSettings, LeaderElectionSettings
+from cdctl.domain.errors import CdctlError
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """A Go duration ("15s", "1m30s", "250ms") or plain seconds, in seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        raise ValueError(f"invalid duration {text!r}: want e.g. 15s, 1m30s or 500ms")
+    return sum(float(number) * _UNIT_S[unit] for number, unit in parts)
+
+
+class Duration(click.ParamType[float]):
+    name = "duration"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def split_list(value: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in re.split(r"[,\s]+", value or "") if item.strip())
+
+
+def configure_logging(fmt: str, verbosity: int) -> None:
+    level = logging.DEBUG if verbosity >= 6 else logging.INFO
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+
+
+async def serve(settings: ControllerSettings) -> None:
+    """Run the controller until SIGTERM/SIGINT (clean return) or a fatal error (raised)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(run_controller(settings))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        return
+
+
+@click.command("controller")
+@click.option(
+    "--pod-name", envvar="POD_NAME", required=True, help="This pod's name (leader identity prefix)."
+)
+@click.option(
+    "--namespace",
+    envvar="NAMESPACE",
+    default="default",
+    show_default=True,
+    help="The driver namespace: daemon DaemonSets, their claim templates and cliques live here.",
+)
+@click.option("--image-name", envvar="IMAGE_NAME", required=True, help="Image of the IMEX daemon pods.")
+@click.option(
+    "--cd-daemon-image-pull-secret-names",
+    envvar="CD_DAEMON_IMAGE_PULL_SECRET_NAMES",
+    default="",
+    help="Comma list of image pull secrets for the daemon pods.",
+)
+@click.option(
+    "--log-verbosity-cd-daemon",
+    envvar="LOG_VERBOSITY_CD_DAEMON",
+    required=True,
+    type=int,
+    help="Log verbosity handed to the daemon pods.",
+)
+@click.option(
+    "--max-nodes-per-imex-domain",
+    envvar="MAX_NODES_PER_IMEX_DOMAIN",
+    default=18,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Daemons per clique (indices 0..N-1); 18 = GB200/GB300 NVL limit.",
+)
+@click.option(
+    "--http-endpoint",
+    envvar="HTTP_ENDPOINT",
+    default="",
+    help="[host]:port serving metrics, /healthz and /readyz; off when empty.",
+)
+@click.option("--metrics-path", envvar="METRICS_PATH", default="/metrics", show_default=True)
+@click.option(
+    "--pprof-path",
+    envvar="PPROF_PATH",
+    default="",
+    help="Path prefix serving a dump of the running asyncio tasks; off when empty.",
+)
+@click.option(
+    "--additional-namespaces",
+    envvar="ADDITIONAL_NAMESPACES",
+    default="",
+    help="Comma list of more namespaces where daemon DaemonSets are managed.",
+)
+@click.option(
+    "--leader-election-enabled",
+    envvar="LEADER_ELECTION_ENABLED",
+    is_flag=True,
+    default=False,
+    help="Run only while holding the Lease; a standby waits.",
+)
+@click.option(
+    "--leader-election-lease-lock-namespace",
+    envvar="LEADER_ELECTION_LEASE_LOCK_NAMESPACE",
+    default="default",
+    show_default=True,
+)
+@click.option(
+    "--leader-election-lease-lock-name",
+    envvar="LEADER_ELECTION_LEASE_LOCK_NAME",
+    default="nvidia-compute-domain-controller",
+    show_default=True,
+)
+@click.option(
+    "--leader-election-lease-duration",
+    envvar="LEADER_ELECTION_LEASE_DURATION",
+    default="15s",
+    show_default=True,
+    type=Duration(),
+)
+@click.option(
+    "--leader-election-renew-deadline",
+    envvar="LEADER_ELECTION_RENEW_DEADLINE",
+    default="10s",
+    show_default=True,
+    type=Duration(),
+)
+@click.option(
+    "--leader-election-retry-period",
+    envvar="LEADER_ELECTION_RETRY_PERIOD",
+    default="2s",
+    show_default=True,
+    type=Duration(),
+)
+@click.option(
+    "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent."
+)
+@click.option(
+    "--kube-api-qps",
+    envvar="KUBE_API_QPS",
+    default=5.0,
+    show_default=True,
+    type=float,
+    help="Client-side request rate limit (0: none).",
+)
+@click.option("--kube-api-burst", envvar="KUBE_API_BURST", default=10, show_default=True, type=int)
+@click.option("--feature-gates", envvar="FEATURE_GATES", default="", help="Comma list of Gate=true|false.")
+@click.option(
+    "--db", envvar="CDCTL_DB", default="", help="Event log file; events are only folded when empty."
+)
+@click.option(
+    "--resource-api-version",
+    envvar="RESOURCE_API_VERSION",
+    default=None,
+    help="resource.k8s.io version to use (default: discover v1, else v1beta2, else v1beta1).",
+)
+@click.option(
+    "--workers",
+    envvar="CONTROLLER_WORKERS",
+    default=16,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="ComputeDomains reconciled in parallel.",
+)
+@click.option(
+    "--cleanup-interval",
+    envvar="CLEANUP_INTERVAL",
+    default="10m",
+    show_default=True,
+    type=Duration(),
+    help="How often every domain is re-checked and orphans are swept.",
+)
+@click.option(
+    "--log-format",
+    envvar="LOG_FORMAT",
+    default="console",
+    show_default=True,
+    type=click.Choice(["console", "json"]),
+)
+@click.option("-v", "--verbosity", envvar="LOG_VERBOSITY", default=0, show_default=True, type=int)
+def controller(**options: object) -> None:
+    """Reconcile ComputeDomains: templates, daemon DaemonSets, cliques, status, teardown."""
+    configure_logging(str(options["log_format"]), int(str(options["verbosity"])))
+    try:
+        settings = build_settings(options)
+        asyncio.run(serve(settings))
+    except LeadershipLost as exc:
+        click.echo(f"cdctl controller: {exc}", err=True)
+        sys.exit(1)
+    except CdctlError as exc:
+        click.echo(f"cdctl controller: {exc.message}", err=True)
+        sys.exit(exc.exit_code)
+
+
+def build_settings(options: dict[str, object]) -> ControllerSettings:
+    """The settings for parsed options (feature gates validated here: a bad gate stops the command)."""
+    gates = parse_feature_gates(str(options["feature_gates"] or ""))
+    return ControllerSettings(
+        pod_name=str(options["pod_name"]),
+        image_name=str(options["image_name"]),
+        log_verbosity_cd_daemon=int(str(options["log_verbosity_cd_daemon"])),
+        namespace=str(options["namespace"]),
+        daemon_image_pull_secret_names=split_list(str(options["cd_daemon_image_pull_secret_names"])),
+        max_nodes_per_imex_domain=int(str(options["max_nodes_per_imex_domain"])),
+        additional_namespaces=split_list(str(options["additional_namespaces"])),
+        feature_gates=gates,
+        leader_election=LeaderElectionSettings(
+            enabled=bool(options["leader_election_enabled"]),
+            lease_lock_namespace=str(options["leader_election_lease_lock_namespace"]),
+            lease_lock_name=str(options["leader_election_lease_lock_name"]),
+            lease_duration_s=float(str(options["leader_election_lease_duration"])),
+            renew_deadline_s=float(str(options["leader_election_renew_deadline"])),
+            retry_period_s=float(str(options["leader_election_retry_period"])),
+        ),
+        http_endpoint=str(options["http_endpoint"] or ""),
+        metrics_path=str(options["metrics_path"]),
+        pprof_path=str(options["pprof_path"] or ""),
+        kubeconfig=str(options["kubeconfig"]) if options["kubeconfig"] else None,
+        kube_api_qps=float(str(options["kube_api_qps"])),
+        kube_api_burst=int(str(options["kube_api_burst"])),
+        resource_api_version=str(options["resource_api_version"])
+        if options["resource_api_version"]
+        else None,
+        db_path=str(options["db"] or ""),
+        workers=int(str(options["workers"])),
+        cleanup_interval_s=float(str(options["cleanup_interval"])),
+    )
+
+
+def register(root: click.Group) -> None:
+    root.add_command(controller)
