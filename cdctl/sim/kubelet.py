@@ -1,0 +1,332 @@
+"""A simulated kubelet for one node: plugin registration, DRA prepare/unprepare over gRPC, pod status.
+
+On start it registers its Node (if absent) and deletes the node's ResourceSlices, as the real kubelet does.
+Each pass it scans the plugin registration directory (cdctl.sim.pluginwatcher), and for every pod bound to the
+node whose claims are allocated and reserved for it, calls NodePrepareResources on each driver's plugin over
+its unix socket with the service version negotiated at registration (one call per driver with all the pod's
+claims; every claim UID must come back without error), records the CDI device IDs, hands the pod to a
+`PodRuntime` and marks it Running (Ready as the runtime says). When the pod goes away it stops it and calls
+NodeUnprepareResources for claims no other pod on the node still uses. Run by the rack; tests drive `sync()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpclib
+from grpclib.client import Channel
+
+from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1 as dra_v1
+from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1beta1 as dra_v1beta1
+from cdctl.sim.allocator import claim_names
+from cdctl.sim.errors import ApiError, NotFound
+from cdctl.sim.objectmeta import now_rfc3339
+from cdctl.sim.pluginwatcher import PluginWatcher, RegisteredPlugin
+from cdctl.sim.store import ObjectStore
+
+log = logging.getLogger(__name__)
+PREPARE_TIMEOUT_S = 45.0
+PODS = ("", "pods")
+NODES = ("", "nodes")
+CLAIMS = ("resource.k8s.io", "resourceclaims")
+SLICES = ("resource.k8s.io", "resourceslices")
+_STUBS: dict[str, Any] = {"v1.DRAPlugin": dra_v1, "v1beta1.DRAPlugin": dra_v1beta1}
+
+
+class PrepareFailed(Exception):
+    """A plugin call failed as a whole or for one claim; the kubelet tries again on a later pass."""
+
+
+class PodRuntime(Protocol):
+    """What runs a pod's containers once its claims are prepared."""
+
+    async def start(self, pod: dict[str, Any], cdi_devices: list[str]) -> None: ...
+
+    async def ready(self, pod: dict[str, Any]) -> bool: ...
+
+    async def stop(self, pod: dict[str, Any]) -> None: ...
+
+
+class ImmediateRuntime:
+    """Runs nothing: every pod is Ready as soon as its claims are prepared."""
+
+    async def start(self, pod: dict[str, Any], cdi_devices: list[str]) -> None:
+        return None
+
+    async def ready(self, pod: dict[str, Any]) -> bool:
+        return True
+
+    async def stop(self, pod: dict[str, Any]) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    uid: str
+    name: str
+
+
+@dataclass
+class RunningPod:
+    pod: dict[str, Any]
+    claims: dict[str, list[ClaimRef]]  # driver -> claims
+    cdi_devices: list[str]
+    ready: bool = False
+
+
+@dataclass
+class SimKubelet:
+    store: ObjectStore
+    node_name: str
+    registry_dir: Path
+    node_labels: dict[str, str] = field(default_factory=dict)
+    node_ip: str = "192.168.0.1"
+    pod_ip_prefix: str = "10.244.0."
+    runtime: PodRuntime = field(default_factory=ImmediateRuntime)
+    tick_s: float = 0.1
+    running: dict[str, RunningPod] = field(default_factory=dict)  # by pod uid
+    last_errors: dict[str, str] = field(default_factory=dict)  # pod uid -> why it is not running yet
+    prepare_calls: list[tuple[str, str, list[str]]] = field(
+        default_factory=list
+    )  # (driver, service, claim uids)
+    unprepare_calls: list[tuple[str, str, list[str]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.plugins = PluginWatcher(self.registry_dir)
+        self._next_ip = 2
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------------------
+    def register_node(self) -> None:
+        """Create the Node if absent, mark it Ready, and wipe the node's ResourceSlices (kubelet start-up)."""
+        nodes = self.store.type_of(*NODES)
+        try:
+            self.store.get(nodes, "", self.node_name)
+        except NotFound:
+            self.store.create(
+                nodes, "", {"metadata": {"name": self.node_name, "labels": dict(self.node_labels)}}
+            )
+        node = self.store.get(nodes, "", self.node_name)
+        node["status"] = {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": self.node_ip},
+                {"type": "Hostname", "address": self.node_name},
+            ],
+        }
+        self.store.update(nodes, "", self.node_name, node, subresource="status")
+        slices = self.store.type_of(*SLICES)
+        self.store.delete_collection(
+            slices, None, lambda s: (s.get("spec") or {}).get("nodeName") == self.node_name
+        )
+
+    async def start(self) -> None:
+        self.register_node()
+        self._task = asyncio.create_task(self._run(), name=f"sim-kubelet-{self.node_name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        watcher = self.store.watch(None, droppable=False)
+        try:
+            while True:
+                try:
+                    await self.sync()
+                except ApiError as error:
+                    log.warning("simulated kubelet %s: %s", self.node_name, error)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(watcher.next(), timeout=self.tick_s)
+                while not watcher.queue.empty():
+                    watcher.queue.get_nowait()
+        finally:
+            self.store.hub.release(watcher)
+
+    def cdi_devices(self, pod_uid: str) -> list[str]:
+        running = self.running.get(pod_uid)
+        return list(running.cdi_devices) if running else []
+
+    # ---- one pass ------------------------------------------------------------------------------------------
+    async def sync(self) -> None:
+        await self.plugins.scan()
+        pods, _ = self.store.list_objects(
+            self.store.type_of(*PODS), None, lambda p: (p.get("spec") or {}).get("nodeName") == self.node_name
+        )
+        live = {
+            p["metadata"]["uid"]: p
+            for p in pods
+            if not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        }
+        for uid in [u for u in self.running if u not in live]:
+            await self._teardown(uid, live)
+        for uid, pod in live.items():
+            if uid in self.running:
+                await self._refresh_readiness(self.running[uid], pod)
+            else:
+                await self._try_start(pod)
+
+    async def _try_start(self, pod: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        try:
+            by_driver = self._claims_by_driver(pod)
+            cdi_devices: list[str] = []
+            for driver, refs in by_driver.items():
+                cdi_devices += await self._prepare(driver, refs)
+        except PrepareFailed as reason:
+            self.last_errors[uid] = str(reason)
+            return
+        self.last_errors.pop(uid, None)
+        running = RunningPod(pod, by_driver, cdi_devices)
+        self.running[uid] = running
+        await self.runtime.start(pod, cdi_devices)
+        await self._refresh_readiness(running, pod, first=True)
+
+    def _claims_by_driver(self, pod: dict[str, Any]) -> dict[str, list[ClaimRef]]:
+        names = claim_names(pod)
+        if names is None:
+            raise PrepareFailed("waiting for the pod's ResourceClaims to be created")
+        namespace = pod["metadata"]["namespace"]
+        by_driver: dict[str, list[ClaimRef]] = {}
+        for name in names:
+            try:
+                claim = self.store.get(self.store.type_of(*CLAIMS), namespace, name)
+            except NotFound as error:
+                raise PrepareFailed(f"ResourceClaim {namespace}/{name} does not exist") from error
+            status = claim.get("status") or {}
+            if not any(r.get("uid") == pod["metadata"]["uid"] for r in status.get("reservedFor") or []):
+                raise PrepareFailed(f"ResourceClaim {namespace}/{name} is not reserved for the pod yet")
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+            ref = ClaimRef(namespace, claim["metadata"]["uid"], name)
+            for driver in sorted({r["driver"] for r in results}):
+                by_driver.setdefault(driver, []).append(ref)
+        return by_driver
+
+    def _plugin(self, driver: str) -> RegisteredPlugin:
+        plugin = self.plugins.plugins.get(driver)
+        if plugin is None:
+            raise PrepareFailed(f"DRA driver {driver} is not registered")
+        return plugin
+
+    async def _call(self, driver: str, refs: list[ClaimRef], prepare: bool) -> dict[str, Any]:
+        plugin = self._plugin(driver)
+        module = _STUBS[plugin.service]
+        claims = [module.Claim(namespace=r.namespace, uid=r.uid, name=r.name) for r in refs]
+        channel = Channel(path=str(plugin.endpoint))
+        try:
+            stub = module.DraPluginStub(channel)
+            if prepare:
+                request = module.NodePrepareResourcesRequest(claims=claims)
+                response = await stub.node_prepare_resources(request, timeout=PREPARE_TIMEOUT_S)
+            else:
+                request = module.NodeUnprepareResourcesRequest(claims=claims)
+                response = await stub.node_unprepare_resources(request, timeout=PREPARE_TIMEOUT_S)
+        except (OSError, TimeoutError, grpclib.GRPCError) as error:
+            verb = "NodePrepareResources" if prepare else "NodeUnprepareResources"
+            raise PrepareFailed(f"{verb} for {driver}: {error}") from error
+        finally:
+            channel.close()
+        calls = self.prepare_calls if prepare else self.unprepare_calls
+        calls.append((driver, plugin.service, [r.uid for r in refs]))
+        answered = dict(response.claims)
+        missing = [r.uid for r in refs if r.uid not in answered]
+        if missing:
+            raise PrepareFailed(f"{driver} left out/skipped {len(missing)} claims: {missing}")
+        unknown = sorted(set(answered) - {r.uid for r in refs})
+        if unknown:
+            raise PrepareFailed(f"{driver} answered for claims it was not asked about: {unknown}")
+        failed = {uid: entry.error for uid, entry in answered.items() if entry.error}
+        if failed:
+            raise PrepareFailed(f"{driver} failed claims: {failed}")
+        return answered
+
+    async def _prepare(self, driver: str, refs: list[ClaimRef]) -> list[str]:
+        answered = await self._call(driver, refs, prepare=True)
+        return [cdi for ref in refs for device in answered[ref.uid].devices for cdi in device.cdi_device_ids]
+
+    async def _teardown(self, uid: str, live: dict[str, dict[str, Any]]) -> None:
+        running = self.running[uid]
+        await self.runtime.stop(running.pod)
+        still_used = {
+            ref.uid
+            for other_uid, other in self.running.items()
+            if other_uid != uid and other_uid in live
+            for refs in other.claims.values()
+            for ref in refs
+        }
+        try:
+            for driver, refs in running.claims.items():
+                unused = [ref for ref in refs if ref.uid not in still_used]
+                if unused:
+                    await self._call(driver, unused, prepare=False)
+        except PrepareFailed as reason:
+            self.last_errors[uid] = str(reason)
+            return
+        del self.running[uid]
+        self.last_errors.pop(uid, None)
+
+    # ---- pod status ----------------------------------------------------------------------------------------
+    async def _refresh_readiness(self, running: RunningPod, pod: dict[str, Any], first: bool = False) -> None:
+        ready = await self.runtime.ready(pod)
+        if not first and ready == running.ready:
+            return
+        running.ready = ready
+        self._write_status(pod, ready, first)
+
+    def _write_status(self, pod: dict[str, Any], ready: bool, first: bool) -> None:
+        pods = self.store.type_of(*PODS)
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        try:
+            latest = self.store.get(pods, namespace, name)
+        except NotFound:
+            return
+        status = dict(latest.get("status") or {})
+        now = now_rfc3339()
+        if first or not status.get("podIP"):
+            address = f"{self.pod_ip_prefix}{self._next_ip}"
+            self._next_ip += 1
+            status.update(
+                podIP=address,
+                podIPs=[{"ip": address}],
+                hostIP=self.node_ip,
+                hostIPs=[{"ip": self.node_ip}],
+                startTime=now,
+            )
+        flag = "True" if ready else "False"
+        status["phase"] = "Running"
+        status["conditions"] = [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
+            {"type": "Ready", "status": flag, "lastTransitionTime": now},
+        ]
+        status["containerStatuses"] = [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": ready,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            }
+            for c in (latest.get("spec") or {}).get("containers") or []
+        ]
+        self.store.update(pods, namespace, name, {**latest, "status": status}, subresource="status")

@@ -1,0 +1,161 @@
+"""The simulated kubelet: registration handshake, version choice, prepare/unprepare over gRPC, pod status."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdctl.sim.allocator import Allocator
+from cdctl.sim.claimtemplates import ClaimTemplateController
+from cdctl.sim.kubelet import SimKubelet
+from cdctl.sim.store import ObjectStore
+from tests.sim.fakeplugin import serve_plugin
+from tests.sim.standins import DRIVER, add_classes, add_pod, add_slice, add_template, get
+
+NODE = "n1"
+
+
+@pytest.fixture
+def socket_root() -> Iterator[Path]:
+    # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
+    root = Path(tempfile.mkdtemp(prefix="cdsim-", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _cluster() -> ObjectStore:
+    store = ObjectStore()
+    add_classes(store)
+    add_template(store, "tmpl")
+    return store
+
+
+async def _schedule(store: ObjectStore, kubelet: SimKubelet) -> None:
+    ClaimTemplateController(store).reconcile()
+    Allocator(store).reconcile()
+    await kubelet.sync()
+
+
+async def test_start_registers_the_node_and_wipes_its_slices(socket_root: Path) -> None:
+    store = _cluster()
+    add_slice(store, NODE)
+    add_slice(store, "other")
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", node_labels={"gpu": "yes"})
+    kubelet.register_node()
+    node = get(store, "", "nodes", NODE, namespace="")
+    assert node["metadata"]["labels"] == {"gpu": "yes"}
+    assert node["status"]["conditions"][0]["type"] == "Ready"
+    slices, _ = store.list_objects(store.type_of("resource.k8s.io", "resourceslices"))
+    assert [s["spec"]["nodeName"] for s in slices] == ["other"]
+
+
+async def test_registers_plugin_and_prefers_the_first_listed_service(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry")
+    async with serve_plugin(
+        socket_root / "registry", socket_root / "plugin", DRIVER, ["v1beta1.DRAPlugin", "v1.DRAPlugin"]
+    ) as log:
+        await kubelet.plugins.scan()
+        assert [s.plugin_registered for s in log.statuses] == [True]
+        assert kubelet.plugins.plugins[DRIVER].service == "v1beta1.DRAPlugin"
+    await kubelet.plugins.scan()
+    assert DRIVER not in kubelet.plugins.plugins, "a removed socket deregisters the plugin"
+
+
+async def test_rejects_plugins_it_cannot_serve(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry")
+    async with serve_plugin(
+        socket_root / "registry", socket_root / "plugin", DRIVER, ["v1alpha3.NodeService"]
+    ) as log:
+        await kubelet.plugins.scan()
+    assert [s.plugin_registered for s in log.statuses] == [False]
+    assert "none of services supported by the plugin" in log.statuses[0].error
+    assert DRIVER not in kubelet.plugins.plugins
+
+
+async def test_prepares_claims_marks_pod_ready_and_unprepares_on_deletion(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry")
+    kubelet.register_node()
+    add_slice(store, NODE)
+    pod = add_pod(store, "worker", "tmpl")
+    async with serve_plugin(
+        socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    ) as log:
+        await _schedule(store, kubelet)
+        claim_name = get(store, "", "pods", "worker")["status"]["resourceClaimStatuses"][0][
+            "resourceClaimName"
+        ]
+        claim_uid = get(store, "resource.k8s.io", "resourceclaims", claim_name)["metadata"]["uid"]
+        assert log.prepared == [("v1", [claim_uid])]
+        assert kubelet.cdi_devices(pod["metadata"]["uid"]) == [f"k8s.{DRIVER}/claim={claim_uid}-channel-0"]
+        running = get(store, "", "pods", "worker")
+        assert running["status"]["phase"] == "Running"
+        assert {c["type"]: c["status"] for c in running["status"]["conditions"]}["Ready"] == "True"
+        assert running["status"]["podIP"]
+        await kubelet.sync()
+        assert len(log.prepared) == 1, "a running pod is not prepared again"
+        store.delete(store.type_of("", "pods"), "default", "worker")
+        await kubelet.sync()
+        assert log.unprepared == [("v1", [claim_uid])]
+        assert kubelet.running == {}
+
+
+async def test_failed_claim_keeps_the_pod_pending_and_is_retried(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry")
+    kubelet.register_node()
+    add_slice(store, NODE)
+    pod = add_pod(store, "worker", "tmpl")
+    async with serve_plugin(
+        socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]
+    ) as log:
+        ClaimTemplateController(store).reconcile()
+        Allocator(store).reconcile()
+        claim_name = get(store, "", "pods", "worker")["status"]["resourceClaimStatuses"][0][
+            "resourceClaimName"
+        ]
+        log.fail_claims.add(get(store, "resource.k8s.io", "resourceclaims", claim_name)["metadata"]["uid"])
+        await kubelet.sync()
+        assert get(store, "", "pods", "worker")["status"]["phase"] == "Pending"
+        assert "injected failure" in kubelet.last_errors[pod["metadata"]["uid"]]
+        log.fail_claims.clear()
+        await kubelet.sync()
+        assert get(store, "", "pods", "worker")["status"]["phase"] == "Running"
+        assert len(log.prepared) == 2
+
+
+async def test_pod_waits_for_its_driver_to_register(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry")
+    kubelet.register_node()
+    add_slice(store, NODE)
+    pod = add_pod(store, "worker", "tmpl")
+    await _schedule(store, kubelet)
+    assert "not registered" in kubelet.last_errors[pod["metadata"]["uid"]]
+    async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
+        await kubelet.sync()
+        assert get(store, "", "pods", "worker")["status"]["phase"] == "Running"
+
+
+async def test_background_loop_runs_a_pod_to_ready(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", tick_s=0.05)
+    await kubelet.start()
+    try:
+        add_slice(store, NODE)
+        async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
+            add_pod(store, "worker", "tmpl")
+            ClaimTemplateController(store).reconcile()
+            Allocator(store).reconcile()
+            async with asyncio.timeout(20):
+                while get(store, "", "pods", "worker")["status"]["phase"] != "Running":  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+    finally:
+        await kubelet.stop()
