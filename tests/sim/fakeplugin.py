@@ -1,4 +1,4 @@
-"""A minimal DRA kubelet plugin for the simulated kubelet's tests: registration plus DRA v1/v1beta1 servers."""
+"""A minimal DRA kubelet plugin for the simulated kubelet's tests: registration, DRA v1 and v1beta1."""
 
 from __future__ import annotations
 
@@ -67,14 +67,18 @@ def _dra_handler(module: Any, label: str, log: PluginLog, driver: str) -> Any:
     return Handler()
 
 
+def _make_dirs(*directories: Path) -> None:
+    for directory in directories:
+        directory.mkdir(parents=True, exist_ok=True)
+
+
 @contextlib.asynccontextmanager
 async def serve_plugin(
     registry_dir: Path, plugin_dir: Path, driver: str, versions: list[str], plugin_type: str = "DRAPlugin"
 ) -> Any:
     """Serve the DRA socket first, then the registration socket, as the upstream helper does."""
     log = PluginLog()
-    plugin_dir.mkdir(parents=True, exist_ok=True)
-    registry_dir.mkdir(parents=True, exist_ok=True)
+    _make_dirs(plugin_dir, registry_dir)
     dra_socket = plugin_dir / "dra.sock"
     registration_socket = registry_dir / f"{driver}-reg.sock"
     dra = Server([_dra_handler(dra_v1, "v1", log, driver), _dra_handler(dra_v1beta1, "v1beta1", log, driver)])
