@@ -185,3 +185,49 @@ async def test_invalid_name_is_422(api: client.ApiClient) -> None:
     with pytest.raises(ApiException) as caught:
         await client.CoreV1Api(api).create_namespaced_pod("default", pod("Not_Valid"))
     assert caught.value.status == 422
+
+
+async def test_lease_replace_is_guarded_by_resource_version(api: client.ApiClient) -> None:
+    coordination = client.CoordinationV1Api(api)
+    lease = await coordination.create_namespaced_lease(
+        "kube-system",
+        {
+            "metadata": {"name": "cdctl-controller"},
+            "spec": {
+                "holderIdentity": "a",
+                "leaseDurationSeconds": 15,
+                "acquireTime": "2026-01-01T00:00:00.000000Z",
+            },
+        },
+    )
+    lease.spec.holder_identity = "b"
+    taken = await coordination.replace_namespaced_lease("cdctl-controller", "kube-system", lease)
+    assert taken.spec.holder_identity == "b"
+    lease.spec.holder_identity = "c"
+    with pytest.raises(ApiException) as caught:
+        await coordination.replace_namespaced_lease("cdctl-controller", "kube-system", lease)
+    assert caught.value.status == 409
+
+
+async def test_events_are_listed_by_involved_object(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    for name, target in (("e1", "cd1"), ("e2", "cd2")):
+        await core.create_namespaced_event(
+            "default",
+            {
+                "metadata": {"name": name},
+                "involvedObject": {"kind": "ComputeDomain", "name": target, "namespace": "default"},
+                "reason": "Ready",
+                "message": "ok",
+                "type": "Normal",
+            },
+        )
+    listed = await core.list_namespaced_event("default", field_selector="involvedObject.name=cd2")
+    assert [e.metadata.name for e in listed.items] == ["e2"]
+
+
+async def test_dry_run_create_persists_nothing(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    answered = await core.create_namespaced_pod("default", pod("p1"), dry_run="All")
+    assert answered.metadata.name == "p1"
+    assert (await core.list_namespaced_pod("default")).items == []

@@ -89,3 +89,10 @@ async def test_watch_in_v1beta1_sees_v1_writes(api: client.ApiClient) -> None:
             assert event["raw_object"]["apiVersion"] == "resource.k8s.io/v1beta1"
             assert "basic" in event["raw_object"]["spec"]["devices"][0]
             break
+
+
+async def test_v1beta2_serves_the_v1_shape(api: client.ApiClient) -> None:
+    await client.ResourceV1Api(api).create_resource_slice(_v1_slice("s1", "n1"))
+    listed = await client.ResourceV1beta2Api(api).list_resource_slice()
+    assert listed.items[0].api_version == "resource.k8s.io/v1beta2"
+    assert listed.items[0].spec.devices[0].attributes["id"].int == 0
