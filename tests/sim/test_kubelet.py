@@ -159,3 +159,25 @@ async def test_background_loop_runs_a_pod_to_ready(socket_root: Path) -> None:
                     await asyncio.sleep(0.05)
     finally:
         await kubelet.stop()
+
+
+async def test_registers_the_cdctl_plugins_registration_server(socket_root: Path) -> None:
+    from grpclib.server import Server
+
+    from cdctl.plugin.server import Registration, registration_socket
+
+    registered: list[bool] = []
+    registry = socket_root / "registry"
+    registry.mkdir()
+    endpoint = socket_root / "plugin" / "dra.sock"
+    server = Server([Registration(str(endpoint), lambda: registered.append(True))])
+    await server.start(path=str(registration_socket(registry)))
+    try:
+        kubelet = SimKubelet(_cluster(), NODE, registry)
+        await kubelet.plugins.scan()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert registered == [True]
+    plugin = kubelet.plugins.plugins[DRIVER]
+    assert (plugin.service, plugin.endpoint) == ("v1.DRAPlugin", endpoint)
