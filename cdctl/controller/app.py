@@ -32,26 +32,32 @@ def settings_for_log(settings: ControllerSettings) -> dict[str, object]:
 
 
 async def run_controller(
-    settings: ControllerSettings, *, started: list[ControllerManager] | None = None
+    settings: ControllerSettings,
+    *,
+    started: list[ControllerManager] | None = None,
+    store: EventStore | None = None,
 ) -> None:
-    """Run the controller until cancelled. `started` receives the manager once built (tests, benchmarks)."""
+    """Run the controller until cancelled. `started` receives the manager once built (tests, benchmarks).
+
+    The event log is `settings.db_path` (opened and closed here), or `store` when given (left open).
+    """
     log.info("controller manager config", **settings_for_log(settings))
     client = await api_client(settings.kubeconfig)
-    store: EventStore | None = None
+    own_store: EventStore | None = None
     try:
         api = KubeApi(client, qps=settings.kube_api_qps, burst=settings.kube_api_burst)
         resource_version = await discover_resource_version(api, settings.resource_api_version)
         log.info("resource API", version=f"resource.k8s.io/{resource_version}")
-        if settings.db_path:
-            store = await SqliteEventStore.open(Path(settings.db_path))
+        if store is None and settings.db_path:
+            store = own_store = await SqliteEventStore.open(Path(settings.db_path))
         manager = ControllerManager(settings, api, store, resource_version)
-        if started is not None:
-            started.append(manager)
         elector = (
             LeaderElector(api, settings.leader_election, identity_for(settings.pod_name))
             if settings.leader_election.enabled
             else None
         )
+
+        manager.elector = elector
 
         def ready() -> bool:
             return manager.synced.is_set() or (elector is not None and not elector.is_leader)
@@ -67,9 +73,12 @@ async def run_controller(
             if settings.http_endpoint
             else None
         )
+        manager.http = http
         if http is not None:
             await http.start()
             log.info("serving metrics", endpoint=f"{http.host}:{http.port}", path=http.metrics_path)
+        if started is not None:
+            started.append(manager)
         try:
             if elector is None:
                 await manager.run()
@@ -82,6 +91,6 @@ async def run_controller(
             if http is not None:
                 await http.stop()
     finally:
-        if store is not None:
-            await store.close()
+        if own_store is not None:
+            await own_store.close()
         await client.close()

@@ -61,7 +61,8 @@ class ComputeDomainReconciler:
             if cd is None or cd.get("metadata", {}).get("uid") != uid:
                 raise RetriableError("ComputeDomain not in the object cache yet", delay=0.5)
             if cd_summary.deleting:
-                await self.teardown(state, cd)
+                if FINALIZER in cd_summary.finalizers:
+                    await self.teardown(state, cd)
                 return
             await self.apply(state, cd)
 

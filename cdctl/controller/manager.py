@@ -21,7 +21,9 @@ import structlog
 from cdctl.controller.actions import Actions
 from cdctl.controller.computedomain import ComputeDomainReconciler
 from cdctl.controller.context import ReconcileContext
+from cdctl.controller.http import HttpEndpoint
 from cdctl.controller.journal import Journal
+from cdctl.controller.leader import LeaderElector
 from cdctl.controller.metrics import ControllerMetrics
 from cdctl.controller.queue import KeyedQueue, Outcome
 from cdctl.controller.settings import ControllerSettings
@@ -70,6 +72,8 @@ class ControllerManager:
         self.informers = self._informers(resource_version)
         self.synced = asyncio.Event()
         self.outcome_hooks: list[Callable[[Outcome], None]] = []
+        self.elector: LeaderElector | None = None  # set by run_controller when leader election is on
+        self.http: HttpEndpoint | None = None  # set by run_controller when --http-endpoint is given
 
     def _informers(self, resource_version: str) -> list[Informer]:
         labelled = LABEL_COMPUTE_DOMAIN

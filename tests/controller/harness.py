@@ -78,14 +78,18 @@ class Cluster:
         base.update(overrides)
         return ControllerSettings(**base)
 
-    async def start_controller(self, **overrides: Any) -> tuple[asyncio.Task[None], ControllerManager]:
+    async def start_controller(
+        self, *, wait_synced: bool = True, **overrides: Any
+    ) -> tuple[asyncio.Task[None], ControllerManager]:
         started: list[ControllerManager] = []
-        task = asyncio.create_task(run_controller(self.settings(**overrides), started=started))
+        store = overrides.pop("store", None)
+        task = asyncio.create_task(run_controller(self.settings(**overrides), started=started, store=store))
         self.controllers.append((task, started))
         await eventually(lambda: bool(started) or task.done())
         if task.done():
             task.result()
-        await started[0].synced.wait()
+        if wait_synced:
+            await started[0].synced.wait()
         return task, started[0]
 
     @staticmethod
