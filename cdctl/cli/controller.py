@@ -219,6 +219,14 @@ async def serve(settings: ControllerSettings) -> None:
     help="How often every domain is re-checked and orphans are swept.",
 )
 @click.option(
+    "--batch-window",
+    envvar="BATCH_WINDOW",
+    default="100ms",
+    show_default=True,
+    type=Duration(),
+    help="Changes to one ComputeDomain within this window are reconciled and written once (0: at once).",
+)
+@click.option(
     "--log-format",
     envvar="LOG_FORMAT",
     default="console",
@@ -272,6 +280,7 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         db_path=str(options["db"] or ""),
         workers=int(str(options["workers"])),
         cleanup_interval_s=float(str(options["cleanup_interval"])),
+        batch_window_s=float(str(options["batch_window"])),
     )
 
 

@@ -3,11 +3,11 @@
 Informers follow ComputeDomains in every namespace, labelled Nodes and ResourceClaimTemplates cluster-wide,
 and labelled DaemonSets, daemon pods and ComputeDomainCliques in each managed namespace (the chart grants
 those per namespace). Every observation is recorded and folded by the journal, which enqueues the domain it
-concerns. Workers start only when the log has been replayed and every informer has listed once, so a domain
-is never judged on a partial view. A sweep enqueues every known domain at start and every
-`cleanup_interval_s`, which tears down what domains that no longer exist left behind. `run_controller` adds
-API discovery, the event log file, the HTTP endpoint and leader election around it; cdctl.cli.controller
-calls it.
+concerns after a short batch window, so that a burst of changes (144 daemons turning Ready) costs one
+reconcile and one write per object. Workers start only when the log has been replayed and every informer
+has listed once, so a domain is never judged on a partial view. A sweep enqueues every known domain at start
+and every `cleanup_interval_s`, which tears down what domains that no longer exist left behind.
+cdctl.controller.app runs it inside API discovery, the event log, the HTTP endpoint and leader election.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class ControllerManager:
         self.view = DomainView()
         self.queue = KeyedQueue(self._reconcile, workers=settings.workers, on_outcome=self._on_outcome)
         self.metrics = ControllerMetrics(self.view, lambda: self.queue.depth)
-        self.journal = Journal(self.view, store, Actor(COMPONENT, pod=settings.pod_name), self.queue.add)
+        self.journal = Journal(self.view, store, Actor(COMPONENT, pod=settings.pod_name), self._changed)
         self.recorder = EventRecorder(api, COMPONENT, settings.pod_name)
         self.ctx = ReconcileContext(
             settings=settings,
@@ -97,6 +97,13 @@ class ControllerManager:
             if self.settings.driver_managed_daemons:
                 informers.append(informer(DAEMON_SETS, namespace, labelled))
         return informers
+
+    def _changed(self, uid: str) -> None:
+        """A domain's view changed: reconcile it once the batch window has gathered what comes with it."""
+        if self.settings.batch_window_s > 0:
+            self.queue.add_after(uid, self.settings.batch_window_s)
+        else:
+            self.queue.add(uid)
 
     async def _reconcile(self, uid: str) -> None:
         await self.reconciler.reconcile(uid)

@@ -52,7 +52,7 @@ class KeyedQueue:
         self._running: set[str] = set()
         self._dirty: set[str] = set()
         self._failures: dict[str, int] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # key -> pending delayed add
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -78,10 +78,17 @@ class KeyedQueue:
         self._ready.put_nowait(key)
 
     def add_after(self, key: str, delay_s: float) -> None:
-        if key in self._waiting or key in self._timers:
+        """Add `key` in `delay_s`, unless it waits already or a pending delayed add fires sooner."""
+        if key in self._waiting:
             return
+        loop = asyncio.get_running_loop()
+        pending = self._timers.get(key)
+        if pending is not None:
+            if pending.when() <= loop.time() + delay_s:
+                return
+            pending.cancel()
         self._idle.clear()
-        self._timers[key] = asyncio.get_running_loop().call_later(delay_s, self._fire, key)
+        self._timers[key] = loop.call_later(delay_s, self._fire, key)
 
     def _fire(self, key: str) -> None:
         self._timers.pop(key, None)

@@ -43,6 +43,7 @@ class ControllerSettings:
     workers: int = 16
     cleanup_interval_s: float = 600.0
     watch_timeout_s: int = 300
+    batch_window_s: float = 0.1  # changes to one domain within this window are reconciled (and written) once
 
     @property
     def managed_namespaces(self) -> tuple[str, ...]:

@@ -98,6 +98,7 @@ def test_the_environment_alone_configures_everything(captured: list[ControllerSe
         "KUBE_API_BURST": "100",
         "FEATURE_GATES": "ComputeDomainCliques=false,",
         "CDCTL_DB": "/var/lib/cdctl/controller.db",
+        "BATCH_WINDOW": "250ms",
     }
     result = CliRunner().invoke(cli.controller, [], env=env)
     assert result.exit_code == 0, result.output
@@ -120,6 +121,7 @@ def test_the_environment_alone_configures_everything(captured: list[ControllerSe
     assert (s.kubeconfig, s.kube_api_qps, s.kube_api_burst) == ("/tmp/kc", 50.0, 100)
     assert not s.feature_gates.enabled("ComputeDomainCliques")
     assert s.db_path == "/var/lib/cdctl/controller.db"
+    assert s.batch_window_s == 0.25
 
 
 def test_required_flags_unknown_gates_invalid_combinations_and_arguments_are_rejected(

@@ -113,3 +113,19 @@ def test_backoff_doubles_per_failure_with_bounded_jitter() -> None:
     assert 0.0075 <= first <= 0.0125
     assert 0.06 <= fourth <= 0.1
     assert 0.75 <= capped <= 1.25
+
+
+async def test_a_change_cuts_a_long_retry_delay_short_and_a_batch_window_coalesces() -> None:
+    runs: list[str] = []
+
+    async def handler(key: str) -> None:
+        runs.append(key)
+
+    queue = KeyedQueue(handler, workers=1)
+    task = await run_queue(queue)
+    queue.add_after("k", 3600.0)  # e.g. a slow retry after a conflict
+    for _ in range(10):
+        queue.add_after("k", 0.01)  # a burst of changes within one window
+    await queue.wait_idle()
+    await stop(task)
+    assert runs == ["k"]

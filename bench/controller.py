@@ -1,0 +1,246 @@
+"""Controller benchmark on the simulated cluster (not a test): two figures, printed and saved.
+
+1. Scale-out: from creating 1,000 ComputeDomains to every one having its workload ResourceClaimTemplate and
+   its daemon DaemonSet (target: under 20 s).
+2. Readiness: one domain with 144 daemon pods (8 cliques of 18) turning Ready one after another; from the last
+   pod turning Ready to the domain's status reading Ready with 144 nodes (target: within 2 s). Also counts the
+   clique and status writes made meanwhile (batching: far fewer than one per pod change).
+
+The simulated API server runs in this process (one event loop, as the controller); the controller runs
+without a client-side rate limit (--kube-api-qps 0), with an in-memory event log. Results go to
+bench/results/controller-<UTC time>.json. Run: `.venv/bin/python -m bench.controller [--domains N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import platform
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from cdctl.controller.app import run_controller
+from cdctl.controller.manager import ControllerManager
+from cdctl.controller.settings import ControllerSettings
+from cdctl.domain.computedomains import DomainActionSucceeded
+from cdctl.domain.events import decode
+from cdctl.sim.chart import cluster_bootstrap_objects
+from cdctl.sim.server import ApiServer
+from cdctl.sim.settings import ServerSettings
+from cdctl.store.memory import InMemoryEventStore
+
+DRIVER_NAMESPACE = "nvidia-dra"
+USER_NAMESPACE = "bench"
+RESULTS = Path(__file__).parent / "results"
+
+
+class Bench:
+    def __init__(self, server: ApiServer) -> None:
+        self.server = server
+        self.store = server.store
+
+    def type_of(self, group: str, plural: str) -> Any:
+        return self.store.type_of(group, plural)
+
+    def bootstrap(self) -> None:
+        for obj in cluster_bootstrap_objects():
+            group, _, _ = obj["apiVersion"].rpartition("/")
+            plural = (
+                "customresourcedefinitions" if obj["kind"] == "CustomResourceDefinition" else "deviceclasses"
+            )
+            self.store.create(self.type_of(group, plural), "", obj)
+        for namespace in (DRIVER_NAMESPACE, USER_NAMESPACE):
+            self.store.create(self.type_of("", "namespaces"), "", {"metadata": {"name": namespace}})
+
+    def create_domain(self, name: str, num_nodes: int = 0) -> dict[str, Any]:
+        body = {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomain",
+            "metadata": {"name": name, "namespace": USER_NAMESPACE},
+            "spec": {
+                "numNodes": num_nodes,
+                "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}},
+            },
+        }
+        return self.store.create(self.type_of("resource.nvidia.com", "computedomains"), USER_NAMESPACE, body)
+
+    def count(self, group: str, plural: str, namespace: str) -> int:
+        items, _ = self.store.list_objects(self.type_of(group, plural), namespace)
+        return len(items)
+
+    def daemon_pod(self, uid: str, node: str, ip: str, clique: str) -> dict[str, Any]:
+        labels = {
+            "resource.nvidia.com/computeDomain": uid,
+            "resource.nvidia.com/computeDomain.cliqueID": clique,
+        }
+        pods = self.type_of("", "pods")
+        pod = self.store.create(
+            pods,
+            DRIVER_NAMESPACE,
+            {
+                "metadata": {"name": f"daemon-{node}", "labels": labels},
+                "spec": {"nodeName": node, "containers": [{"name": "d", "image": "i"}]},
+            },
+        )
+        return self.set_ready(pod, ip, ready=False)
+
+    def set_ready(self, pod: dict[str, Any], ip: str, ready: bool) -> dict[str, Any]:
+        pods = self.type_of("", "pods")
+        current = self.store.get(pods, DRIVER_NAMESPACE, pod["metadata"]["name"])
+        current["status"] = {
+            "podIP": ip,
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        }
+        return self.store.update(
+            pods, DRIVER_NAMESPACE, pod["metadata"]["name"], current, subresource="status"
+        )
+
+    def domain_status(self, name: str) -> dict[str, Any]:
+        cd = self.store.get(self.type_of("resource.nvidia.com", "computedomains"), USER_NAMESPACE, name)
+        return cd.get("status") or {}
+
+
+async def until(condition: Any, give_up_s: float = 600.0, poll_s: float = 0.01) -> None:
+    deadline = time.monotonic() + give_up_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark condition never held")
+        await asyncio.sleep(poll_s)
+
+
+def converged(manager: ControllerManager, uids: list[str]) -> bool:
+    """Every domain's workload template and DaemonSet exist, as the API server's watch events report them.
+
+    (Reading the controller's view keeps polling cheap; listing 1,000 objects every few ms would compete for
+    the one CPU the server and the controller share. The final count below is read from the server.)
+    """
+    for uid in uids:
+        state = manager.view.domain(uid)
+        templates = state.of_kind("ResourceClaimTemplate")
+        if not state.of_kind("DaemonSet") or not any(
+            t.summary.get("target") == "Workload" for t in templates
+        ):
+            return False
+    return True
+
+
+async def scale_out(bench: Bench, manager: ControllerManager, domains: int) -> dict[str, Any]:
+    started = time.monotonic()
+    uids = [bench.create_domain(f"cd-{index:04d}")["metadata"]["uid"] for index in range(domains)]
+    created = time.monotonic()
+    await until(lambda: converged(manager, uids), poll_s=0.05)
+    done = time.monotonic()
+    templates = bench.count("resource.k8s.io", "resourceclaimtemplates", USER_NAMESPACE)
+    daemon_sets = bench.count("apps", "daemonsets", DRIVER_NAMESPACE)
+    if templates < domains or daemon_sets < domains:
+        raise RuntimeError(
+            f"server has {templates} templates and {daemon_sets} DaemonSets for {domains} domains"
+        )
+    return {
+        "domains": domains,
+        "create_s": round(created - started, 3),
+        "converged_s": round(done - started, 3),
+    }
+
+
+async def readiness(bench: Bench, manager: ControllerManager, log: InMemoryEventStore) -> dict[str, Any]:
+    nodes, per_clique = 144, 18
+    uid = bench.create_domain("big", num_nodes=nodes)["metadata"]["uid"]
+    pods = [
+        bench.daemon_pod(uid, f"gb200-{i:03d}", f"10.1.{i // 256}.{i % 256}", f"fabric.{i // per_clique}")
+        for i in range(nodes)
+    ]
+    await until(lambda: len(bench.domain_status("big").get("nodes") or []) == nodes)
+    before = await writes(log, uid)
+    first_ready = time.monotonic()
+    for i, pod in enumerate(pods):  # daemons turn Ready one after another, over about a second
+        bench.set_ready(pod, f"10.1.{i // 256}.{i % 256}", ready=True)
+        await asyncio.sleep(0.005)
+    last_ready = time.monotonic()
+    await until(lambda: bench.domain_status("big").get("status") == "Ready", give_up_s=120)
+    ready_after = time.monotonic() - last_ready
+    after = await writes(log, uid)
+    status = bench.domain_status("big")
+    return {
+        "nodes": len(status["nodes"]),
+        "cliques": nodes // per_clique,
+        "readiness_spread_s": round(last_ready - first_ready, 3),
+        "ready_after_last_pod_s": round(ready_after, 3),
+        "status_writes": after["update-status"] - before["update-status"],
+        "clique_writes": after["update-clique"] - before["update-clique"],
+    }
+
+
+async def writes(log: InMemoryEventStore, uid: str) -> dict[str, int]:
+    counts = {"update-status": 0, "update-clique": 0}
+    for recorded in await log.read_stream(f"domain/{uid}"):
+        event = decode(recorded)
+        if isinstance(event, DomainActionSucceeded) and event.action in counts:
+            counts[event.action] += 1
+    return counts
+
+
+async def main(domains: int) -> dict[str, Any]:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    async with ApiServer(settings=ServerSettings(history_window=200_000)) as server:
+        bench = Bench(server)
+        bench.bootstrap()
+        kubeconfig = server.write_kubeconfig(Path(tempfile.mkdtemp()) / "kubeconfig")
+        settings = ControllerSettings(
+            pod_name="bench",
+            image_name="example.com/cdctl:bench",
+            log_verbosity_cd_daemon=0,
+            namespace=DRIVER_NAMESPACE,
+            kubeconfig=str(kubeconfig),
+            kube_api_qps=0.0,
+            workers=32,
+        )
+        log = InMemoryEventStore()
+        started: list[ControllerManager] = []
+        task = asyncio.create_task(run_controller(settings, started=started, store=log))
+        await until(lambda: bool(started) or task.done())
+        if task.done():
+            task.result()
+        manager = started[0]
+        await manager.synced.wait()
+        try:
+            first = await scale_out(bench, manager, domains)
+            second = await readiness(bench, manager, log)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return {
+        "benchmark": "controller",
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "settings": {
+            "workers": 32,
+            "kube_api_qps": 0,
+            "event_log": "in-memory",
+            "api_server": "cdctl.sim in process",
+        },
+        "scale_out": first,
+        "readiness": second,
+        "events_recorded": log.head(),
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--domains", type=int, default=1000)
+    args = parser.parse_args()
+    result = asyncio.run(main(args.domains))
+    print(json.dumps(result, indent=2))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"controller-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written to {out}")
