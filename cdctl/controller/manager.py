@@ -55,7 +55,9 @@ class ControllerManager:
         self.settings = settings
         self.api = api
         self.view = DomainView()
-        self.queue = KeyedQueue(self._reconcile, workers=settings.workers, on_outcome=self._on_outcome)
+        self.queue = KeyedQueue(
+            self._reconcile, workers=settings.workers, on_outcome=self._on_outcome, describe=self._describe
+        )
         self.metrics = ControllerMetrics(self.view, lambda: self.queue.depth)
         self.journal = Journal(self.view, store, Actor(COMPONENT, pod=settings.pod_name), self._changed)
         self.recorder = EventRecorder(api, COMPONENT, settings.pod_name)
@@ -72,6 +74,7 @@ class ControllerManager:
         self.informers = self._informers(resource_version)
         self.synced = asyncio.Event()
         self.outcome_hooks: list[Callable[[Outcome], None]] = []
+        self._background: set[asyncio.Future[None]] = set()
         self.elector: LeaderElector | None = None  # set by run_controller when leader election is on
         self.http: HttpEndpoint | None = None  # set by run_controller when --http-endpoint is given
 
@@ -108,10 +111,26 @@ class ControllerManager:
     async def _reconcile(self, uid: str) -> None:
         await self.reconciler.reconcile(uid)
 
+    def _describe(self, uid: str) -> dict[str, Any]:
+        """What every log line about a domain carries: its namespace, name and uid."""
+        cd = self.view.domain(uid).cd
+        return {"namespace": cd.namespace if cd else None, "name": cd.name if cd else None, "uid": uid}
+
     def _on_outcome(self, outcome: Outcome) -> None:
         self.metrics.observe(outcome)
+        if outcome.result == "permanent" and outcome.error is not None:
+            report = asyncio.ensure_future(self._report_permanent(outcome.key, outcome.error))
+            self._background.add(report)
+            report.add_done_callback(self._background.discard)
         for hook in self.outcome_hooks:
             hook(outcome)
+
+    async def _report_permanent(self, uid: str, error: BaseException) -> None:
+        """A failure retrying cannot fix is the user's to act on: say so on the ComputeDomain."""
+        cd = self.view.domain(uid).cd
+        obj = self.journal.cached(COMPUTE_DOMAINS, cd.namespace, cd.name) if cd else None
+        if obj is not None:
+            await self.recorder.warn(obj, "ReconcileFailed", str(error))
 
     async def _follow(self, informer: Informer, first_sync: asyncio.Event) -> None:
         async for item in informer.observe():

@@ -14,6 +14,7 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -41,12 +42,14 @@ class KeyedQueue:
         min_delay_s: float = 0.005,
         max_delay_s: float = 30.0,
         on_outcome: Callable[[Outcome], None] | None = None,
+        describe: Callable[[str], dict[str, Any]] | None = None,
     ) -> None:
         self._handler = handler
         self._workers = workers
         self._min_delay_s = min_delay_s
         self._max_delay_s = max_delay_s
         self._on_outcome = on_outcome
+        self._describe = describe or (lambda key: {"key": key})
         self._ready: asyncio.Queue[str] = asyncio.Queue()
         self._waiting: set[str] = set()
         self._running: set[str] = set()
@@ -126,7 +129,7 @@ class KeyedQueue:
             except PermanentError as exc:
                 self._failures.pop(key, None)
                 outcome = Outcome(key, "permanent", loop.time() - started, exc)
-                log.error("reconcile failed permanently", key=key, error=str(exc))
+                log.error("reconcile failed permanently", **self._describe(key), error=str(exc))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -137,7 +140,7 @@ class KeyedQueue:
                 outcome = Outcome(key, "retry", loop.time() - started, exc)
                 log.info(
                     "reconcile will be retried",
-                    key=key,
+                    **self._describe(key),
                     error=str(exc) or repr(exc),
                     attempt=self._failures[key],
                     retry_in_s=round(delay, 3),

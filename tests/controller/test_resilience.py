@@ -150,3 +150,21 @@ async def test_a_foreign_template_with_the_same_name_is_reported_on_the_domain(t
         assert event["involvedObject"]["uid"] == cd["metadata"]["uid"]
         assert "team-a/taken already exists" in event["message"]
         assert "labels" not in cluster.get(*RCT, USER_NAMESPACE, "taken")["metadata"]
+
+
+async def test_a_failure_retrying_cannot_fix_is_reported_on_the_domain(tmp_path: Path) -> None:
+    async with Cluster(tmp_path) as cluster:
+        await cluster.start_controller(gates="HostManagedIMEX=true")
+        cd = cluster.create_domain("cd1", template="Not_A_Valid_Name")
+        event = await eventually(
+            lambda: next(
+                (
+                    e
+                    for e in cluster.list("", "events", USER_NAMESPACE)
+                    if e.get("reason") == "ReconcileFailed"
+                ),
+                None,
+            )
+        )
+        assert event["involvedObject"]["uid"] == cd["metadata"]["uid"]
+        assert "Not_A_Valid_Name" in event["message"]
