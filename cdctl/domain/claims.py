@@ -60,6 +60,9 @@ def _prepare_started_v1_to_v2(data: JSONDict) -> JSONDict:
     data.setdefault("namespace", namespace)
     data.setdefault("name", name)
     data.setdefault("kind", "channel")
+    data.setdefault("domain_uid", "")
+    data.setdefault("allocation", "")
+    data.setdefault("devices", [])
     return data
 
 

@@ -1,0 +1,216 @@
+"""The SQLite event log: SQLAlchemy 2 async (Core) over aiosqlite, WAL, one writer task per file.
+
+`SqliteEventStore.open(path)` checks the file is a cdctl log (or creates one), applies pending migrations,
+starts the writer and keeps a separate reader engine, so reads never block the writer. Components open their
+log once at start; the CLI opens files read-only with `open(path, read_only=True)`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from cdctl.domain.errors import StoreError
+from cdctl.domain.events import RecordedEvent, upcast
+from cdctl.store import schema
+from cdctl.store.base import EventStore, HeadNotifier, StreamAppend
+from cdctl.store.sealing import format_time
+from cdctl.store.writer import WriteFn, Writer, locked_or_failed
+
+PRAGMAS = (
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = FULL",  # an event is durable before the outside world is changed on its behalf
+    "PRAGMA busy_timeout = 5000",
+    "PRAGMA foreign_keys = ON",
+)
+_SELECT = (
+    "SELECT position, stream, version, type, schema_version, data, metadata, recorded_at, hash FROM events"
+)
+
+
+def row_to_event(row: Sequence[Any]) -> RecordedEvent:
+    position, stream, version, type_, schema_version, data, metadata, recorded_at, hash_ = row
+    return upcast(
+        RecordedEvent(
+            int(position),
+            str(stream),
+            int(version),
+            str(type_),
+            int(schema_version),
+            json.loads(data),
+            json.loads(metadata),
+            datetime.fromisoformat(recorded_at),
+            str(hash_),
+        )
+    )
+
+
+def _engine(path: Path, read_only: bool) -> AsyncEngine:
+    if read_only:
+        url = f"sqlite+aiosqlite:///{path.resolve().as_uri()}?mode=ro&uri=true"
+    else:
+        url = f"sqlite+aiosqlite:///{path}"
+    engine = create_async_engine(url, poolclass=NullPool)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # We issue BEGIN IMMEDIATE ourselves: the driver must not open transactions behind our back.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        for pragma in PRAGMAS[1:] if read_only else PRAGMAS:
+            cursor.execute(pragma)
+        if read_only:
+            cursor.execute("PRAGMA query_only = ON")
+        cursor.close()
+
+    return engine
+
+
+class SqliteEventStore(EventStore):
+    def __init__(self, path: Path, read_only: bool) -> None:
+        self.path = path
+        self.read_only = read_only
+        self._notifier = HeadNotifier()
+        self._write_engine: AsyncEngine | None = None
+        self._write_conn: AsyncConnection | None = None
+        self._writer: Writer | None = None
+        self._read_engine = _engine(path, read_only=True) if read_only else None
+        self._reader: AsyncConnection | None = None
+
+    @classmethod
+    async def open(
+        cls, path: str | Path, *, read_only: bool = False, create: bool = True
+    ) -> SqliteEventStore:
+        path = Path(path)
+        if path.exists():
+            if path.is_dir():
+                raise StoreError(f"{path}: is a directory, not an event log")
+            schema.check_identity(path)
+        elif read_only or not create:
+            raise StoreError(f"{path}: no such event log")
+        elif not path.parent.is_dir():
+            raise StoreError(f"{path}: directory {path.parent} does not exist")
+        store = cls(path, read_only)
+        try:
+            await store._start()
+        except OperationalError as exc:
+            await store.close()
+            raise locked_or_failed(exc, str(path)) from exc
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def _start(self) -> None:
+        if not self.read_only:
+            self._write_engine = _engine(self.path, read_only=False)
+            self._write_conn = await self._write_engine.connect()
+            await self._migrate(self._write_conn)
+            self._writer = Writer(self._write_conn, self._notifier, str(self.path))
+            await self._writer.start()
+            self._read_engine = _engine(self.path, read_only=True)
+        assert self._read_engine is not None
+        self._reader = await self._read_engine.connect()
+        version = (await self._reader.exec_driver_sql("PRAGMA user_version")).scalar_one()
+        if self.read_only:
+            if version == 0:
+                raise StoreError(f"{self.path}: empty file, not a cdctl event log")
+            head = (
+                await self._reader.exec_driver_sql("SELECT COALESCE(MAX(position), 0) FROM events")
+            ).scalar_one()
+            await self._notifier.advance(int(head))
+
+    async def _migrate(self, conn: AsyncConnection) -> None:
+        current = (await conn.exec_driver_sql("PRAGMA user_version")).scalar_one()
+        todo = schema.pending(int(current), schema.load_migrations())
+        if not todo:
+            return
+        raw = await conn.get_raw_connection()
+        driver = raw.driver_connection
+        assert driver is not None
+        for migration in todo:
+            try:
+                await driver.executescript(schema.migration_script(migration))
+            except Exception as exc:
+                await driver.execute("ROLLBACK") if driver.in_transaction else None
+                raise StoreError(f"{self.path}: migration {migration.name} failed: {exc}") from exc
+
+    def _require_writer(self) -> Writer:
+        if self._writer is None:
+            raise StoreError(f"{self.path}: opened read-only")
+        return self._writer
+
+    async def append_batch(self, appends: Sequence[StreamAppend]) -> list[RecordedEvent]:
+        return await self._require_writer().append(appends)
+
+    async def write(self, fn: WriteFn) -> Any:
+        """Run `fn(connection)` in the writer's transaction (projection views, snapshots)."""
+        return await self._require_writer().write(fn)
+
+    async def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Sequence[Any]]:
+        """A read on the reader connection (never blocks the writer)."""
+        assert self._reader is not None
+        try:
+            rows = await self._reader.exec_driver_sql(sql, params)
+            return [tuple(r) for r in rows.all()]
+        except OperationalError as exc:
+            raise locked_or_failed(exc, str(self.path)) from exc
+        finally:
+            await self._reader.rollback()
+
+    async def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]:
+        rows = await self.query(
+            f"{_SELECT} WHERE stream = ? AND version >= ? ORDER BY version", (stream, from_version)
+        )
+        return [row_to_event(r) for r in rows]
+
+    async def read_all(
+        self, after: int = 0, limit: int | None = None, until: datetime | None = None
+    ) -> list[RecordedEvent]:
+        sql, params = f"{_SELECT} WHERE position > ?", [after]
+        if until is not None:
+            sql += " AND recorded_at <= ?"
+            params.append(format_time(until))  # type: ignore[arg-type]
+        sql += " ORDER BY position"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [row_to_event(r) for r in await self.query(sql, tuple(params))]
+
+    async def stream_version(self, stream: str) -> int:
+        rows = await self.query("SELECT COALESCE(MAX(version), 0) FROM events WHERE stream = ?", (stream,))
+        return int(rows[0][0])
+
+    def head(self) -> int:
+        return self._notifier.head
+
+    async def refresh_head(self) -> int:
+        """For read-only openers: pick up events other processes appended."""
+        head = int((await self.query("SELECT COALESCE(MAX(position), 0) FROM events"))[0][0])
+        if head != self._notifier.head:
+            await self._notifier.advance(head)
+        return head
+
+    async def wait_beyond(self, position: int) -> int:
+        return await self._notifier.wait_beyond(position)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            await self._writer.stop()
+            self._writer = None
+        for conn in (self._reader, self._write_conn):
+            if conn is not None:
+                await conn.close()
+        self._reader = self._write_conn = None
+        for engine in (self._read_engine, self._write_engine):
+            if engine is not None:
+                await engine.dispose()
+        self._read_engine = self._write_engine = None

@@ -1,0 +1,237 @@
+"""The single writer task of an SQLite event log: it alone owns the write connection.
+
+Appends and other write jobs (projection updates, snapshots) are queued to it. It takes whatever is queued
+(group commit), seals appends against the log's tip, and commits them in one `BEGIN IMMEDIATE` transaction;
+each caller's future resolves only after the commit is durable, then subscribers are woken. A conflicting
+append fails alone; a failed commit fails its group and the tip is reloaded from the file.
+Used by cdctl.store.sqlite.SqliteEventStore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cdctl.domain.errors import CdctlError, StoreError, StoreLocked
+from cdctl.domain.events import RecordedEvent
+from cdctl.domain.hashchain import GENESIS
+from cdctl.store.base import HeadNotifier, StreamAppend
+from cdctl.store.sealing import Chain, SealedEvent, seal, utc_now
+
+WriteFn = Callable[[AsyncConnection], Awaitable[Any]]
+
+_INSERT_EVENT = (
+    "INSERT INTO events (position, stream, version, type, schema_version, data, metadata, recorded_at, hash)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_OBSERVED = "INSERT INTO observed_versions (uid, resource_version, position) VALUES (?, ?, ?)"
+_MAX_GROUP = 512
+
+
+@dataclass(slots=True)
+class _Job:
+    appends: Sequence[StreamAppend] | None
+    write: WriteFn | None
+    done: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def locked_or_failed(exc: OperationalError, path: str) -> CdctlError:
+    if "locked" in str(exc.orig) or "busy" in str(exc.orig):
+        return StoreLocked(f"{path}: event log is locked by another writer")
+    return StoreError(f"{path}: write failed: {exc.orig}")
+
+
+class Writer:
+    def __init__(self, conn: AsyncConnection, notifier: HeadNotifier, path: str) -> None:
+        self._conn = conn
+        self._notifier = notifier
+        self._path = path
+        self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
+        self._chain = Chain(0, GENESIS)
+        self._task: asyncio.Task[None] | None = None
+        self._dead: StoreError | None = None
+        self._inflight: list[_Job] = []
+
+    async def start(self) -> None:
+        await self._load_tip()
+        await self._notifier.advance(self._chain.head)
+        self._task = asyncio.create_task(self._run(), name=f"event-log-writer:{self._path}")
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        await self._queue.put(None)
+        try:
+            await self._task
+        except Exception:  # already reported to every caller
+            pass
+        self._task = None
+
+    async def append(self, appends: Sequence[StreamAppend]) -> list[RecordedEvent]:
+        result: list[RecordedEvent] = await self._submit(_Job(appends, None))
+        return result
+
+    async def write(self, fn: WriteFn) -> Any:
+        return await self._submit(_Job(None, fn))
+
+    async def _submit(self, job: _Job) -> Any:
+        if self._dead is not None:
+            raise self._dead
+        if self._task is None or self._task.done():
+            raise StoreError(f"{self._path}: event log is closed")
+        await self._queue.put(job)
+        return await job.done
+
+    async def _load_tip(self) -> None:
+        rows = await self._fetch("SELECT position, hash FROM events ORDER BY position DESC LIMIT 1")
+        if not rows:  # empty, or compacted down to nothing: the chain continues from the compaction anchor
+            rows = await self._fetch(
+                "SELECT cut_position, anchor_hash FROM compactions ORDER BY 1 DESC LIMIT 1"
+            )
+        self._chain = Chain(int(rows[0][0]), str(rows[0][1])) if rows else Chain(0, GENESIS)
+        await self._conn.rollback()
+
+    async def _fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in (await self._conn.exec_driver_sql(sql, params)).all()]
+
+    async def _run(self) -> None:
+        try:
+            await self._serve()
+        except BaseException as exc:
+            # Never leave a caller waiting on a dead writer: fail what is queued, and refuse what comes.
+            self._dead = StoreError(f"{self._path}: event log writer stopped: {exc!r}")
+            _fail(self._inflight, self._dead)
+            while not self._queue.empty():
+                job = self._queue.get_nowait()
+                if job is not None and not job.done.done():
+                    job.done.set_exception(self._dead)
+            raise
+
+    async def _serve(self) -> None:
+        while True:
+            first = await self._queue.get()
+            if first is None:
+                return
+            group = [first]
+            stop = False
+            while len(group) < _MAX_GROUP and not self._queue.empty():
+                job = self._queue.get_nowait()
+                if job is None:
+                    stop = True
+                    break
+                group.append(job)
+            self._inflight = group
+            appends = [job for job in group if job.appends is not None]
+            if appends:
+                await self._commit_appends(appends)
+            for job in group:
+                if job.write is not None:
+                    await self._commit_write(job)
+            if stop:
+                return
+
+    async def _prefetch(self, jobs: list[_Job]) -> set[tuple[str, str]]:
+        """Load unknown stream versions and the already-recorded observations the group mentions."""
+        streams = {
+            a.stream for job in jobs for a in job.appends or () if a.stream not in self._chain.versions
+        }
+        keys = [
+            (e.observed.uid, e.observed.resource_version)
+            for job in jobs
+            for a in job.appends or ()
+            for e in a.events
+            if e.observed is not None
+        ]
+        for chunk in _chunks(sorted(streams), 400):
+            marks = ",".join("?" * len(chunk))
+            rows = await self._fetch(
+                f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks}) GROUP BY stream",
+                tuple(chunk),
+            )
+            found = {str(row[0]): int(row[1]) for row in rows}
+            for stream in chunk:
+                self._chain.versions[stream] = int(found.get(stream, 0))
+        seen: set[tuple[str, str]] = set()
+        for key_chunk in _chunks(keys, 400):
+            marks = ",".join("(?,?)" for _ in key_chunk)
+            params = tuple(v for key in key_chunk for v in key)
+            rows = await self._fetch(
+                "SELECT uid, resource_version FROM observed_versions"
+                f" WHERE (uid, resource_version) IN (VALUES {marks})",
+                params,
+            )
+            seen.update((str(row[0]), str(row[1])) for row in rows)
+        return seen
+
+    async def _commit_appends(self, jobs: list[_Job]) -> None:
+        try:
+            seen = await self._prefetch(jobs)
+            await self._conn.rollback()  # end the read transaction before taking the write lock
+        except OperationalError as exc:
+            _fail(jobs, locked_or_failed(exc, self._path))
+            return
+        now = utc_now()
+        sealed_by_job: list[tuple[_Job, list[SealedEvent]]] = []
+        for job in jobs:
+            try:
+                sealed_by_job.append(
+                    (job, seal(job.appends or (), self._chain, lambda u, rv: (u, rv) in seen, now))
+                )
+            except CdctlError as exc:
+                job.done.set_exception(exc)
+        sealed = [s for _, group in sealed_by_job for s in group]
+        try:
+            if sealed:
+                await self._conn.exec_driver_sql("BEGIN IMMEDIATE")
+                await self._conn.exec_driver_sql(
+                    _INSERT_EVENT,
+                    [s.row() for s in sealed],
+                )
+                observed = [(*s.observed, s.event.position) for s in sealed if s.observed is not None]
+                if observed:
+                    await self._conn.exec_driver_sql(_INSERT_OBSERVED, observed)
+                await self._conn.commit()
+        except Exception as exc:  # the group did not commit: fail it, and re-read the tip
+            with contextlib.suppress(Exception):
+                await self._conn.rollback()
+            error = locked_or_failed(exc, self._path) if isinstance(exc, OperationalError) else exc
+            _fail([job for job, _ in sealed_by_job], error)
+            self._chain.versions.clear()
+            await self._load_tip()
+            return
+        finally:
+            self._chain.observed.clear()
+        await self._notifier.advance(self._chain.head)
+        for job, group in sealed_by_job:
+            job.done.set_result([s.event for s in group])
+
+    async def _commit_write(self, job: _Job) -> None:
+        assert job.write is not None
+        try:
+            await self._conn.exec_driver_sql("BEGIN IMMEDIATE")
+            result = await job.write(self._conn)
+            await self._conn.commit()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await self._conn.rollback()
+            job.done.set_exception(
+                locked_or_failed(exc, self._path) if isinstance(exc, OperationalError) else exc
+            )
+            return
+        job.done.set_result(result)
+
+
+def _fail(jobs: Sequence[_Job], error: BaseException) -> None:
+    for job in jobs:
+        if not job.done.done():
+            job.done.set_exception(error)
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
