@@ -15,16 +15,17 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cdctl.sim import admission
 from cdctl.sim import crd as crds
 from cdctl.sim import objectmeta as meta
-from cdctl.sim.errors import AlreadyExists, BadRequest, Conflict, Forbidden, Invalid, NotFound, not_found
+from cdctl.sim.errors import AlreadyExists, BadRequest, Conflict, Forbidden, NotFound, not_found
 from cdctl.sim.patch import APPLY_PATCH, apply_patch
 from cdctl.sim.resources import ResourceRegistry, ResourceType, builtin_registry
 from cdctl.sim.watch import StoredEvent, Watcher, WatchHub
 
 ObjectFilter = Callable[[Mapping[str, Any]], bool]
-CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
-NAMESPACE_KEY = ("", "namespaces")
+CRD_KEY = admission.CRD_KEY
+NAMESPACE_KEY = admission.NAMESPACE_KEY
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -134,41 +135,6 @@ class ObjectStore:
                 f"namespace {namespace} because it is being terminated"
             )
 
-    def _admit(
-        self, resource_type: ResourceType, new: dict[str, Any], old: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        if not resource_type.builtin:
-            served = self.registry.find(resource_type.group, resource_type.version, resource_type.plural)
-            new = crds.admit_custom_object(served or resource_type, new, old)
-        if resource_type.storage_key == CRD_KEY:
-            crds.validate_definition(new)
-        claims = ("resource.k8s.io", "resourceclaims")
-        if old is not None and resource_type.storage_key == claims and new.get("spec") != old.get("spec"):
-            name = new["metadata"]["name"]
-            raise Invalid(
-                f'ResourceClaim.resource.k8s.io "{name}" is invalid: '
-                'spec: Invalid value: "object": field is immutable'
-            )
-        return new
-
-    def _apply_create_defaults(self, resource_type: ResourceType, obj: dict[str, Any]) -> None:
-        key = resource_type.storage_key
-        if key == ("", "pods"):
-            obj.setdefault("spec", {})
-            obj.setdefault("status", {}).setdefault("phase", "Pending")
-        elif key == ("apps", "daemonsets"):
-            obj["status"] = {
-                "currentNumberScheduled": 0,
-                "desiredNumberScheduled": 0,
-                "numberMisscheduled": 0,
-                "numberReady": 0,
-            }
-        elif key == NAMESPACE_KEY:
-            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
-            obj.setdefault("status", {})["phase"] = "Active"
-        elif key == CRD_KEY:
-            obj["status"] = crds.accepted_status(obj, meta.now_rfc3339())
-
     # ---- create / update / patch ---------------------------------------------------------------------------
     def create(
         self, resource_type: ResourceType, namespace: str, body: dict[str, Any], *, dry_run: bool = False
@@ -206,8 +172,8 @@ class ObjectStore:
         obj["apiVersion"], obj["kind"] = resource_type.api_version, resource_type.kind
         if resource_type.status_subresource and resource_type.storage_key != CRD_KEY:
             obj.pop("status", None)
-        self._apply_create_defaults(resource_type, obj)
-        obj = self._admit(resource_type, obj, None)
+        admission.apply_create_defaults(resource_type, obj)
+        obj = admission.admit(self.registry, resource_type, obj, None)
         if dry_run:
             return obj
         created = self._commit(resource_type, "ADDED", obj, None)
@@ -260,7 +226,7 @@ class ObjectStore:
                     new["status"] = copy.deepcopy(old["status"])
         meta.carry_system_fields(new, old)
         new["apiVersion"], new["kind"] = resource_type.api_version, resource_type.kind
-        new = self._admit(resource_type, new, old)
+        new = admission.admit(self.registry, resource_type, new, old)
         if new == old:
             return copy.deepcopy(old)
         ignore_status = resource_type.status_subresource

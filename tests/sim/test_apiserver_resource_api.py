@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from kubernetes_asyncio import client
 
 from tests.sim.fixtures import DRIVER
@@ -96,3 +97,13 @@ async def test_v1beta2_serves_the_v1_shape(api: client.ApiClient) -> None:
     listed = await client.ResourceV1beta2Api(api).list_resource_slice()
     assert listed.items[0].api_version == "resource.k8s.io/v1beta2"
     assert listed.items[0].spec.devices[0].attributes["id"].int == 0
+
+
+async def test_slice_driver_and_pool_name_are_immutable(api: client.ApiClient) -> None:
+    resource = client.ResourceV1Api(api)
+    await resource.create_resource_slice(_v1_slice("s1", "n1"))
+    with pytest.raises(client.ApiException) as caught:
+        await resource.patch_resource_slice("s1", {"spec": {"pool": {"name": "other"}}})
+    assert caught.value.status == 422
+    bumped = await resource.patch_resource_slice("s1", {"spec": {"pool": {"generation": 2}}})
+    assert bumped.spec.pool.generation == 2
