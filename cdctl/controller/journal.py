@@ -96,15 +96,21 @@ class Journal:
                     if done is not None and not done.done():
                         done.set_result(None)
 
-    def forget_missing(self, resource: ResourceType, namespace: str | None, present: Iterable[str]) -> None:
+    def forget_missing(
+        self, resource: ResourceType, namespace: str | None, present: Iterable[str], listed_at: str = ""
+    ) -> None:
         """After a complete listing: objects the view still holds but the cluster no longer has are DELETED.
 
         Covers deletions that happened while the controller was down (replayed from the log, never listed).
+        An object the view learnt of after the listing's resourceVersion `listed_at` (our own fresh write) is
+        not judged by that listing.
         """
         present_uids = set(present)
         for state in self.view:
             for obj in list(state.objects.values()):
                 if obj.kind != resource.kind or obj.uid in present_uids:
+                    continue
+                if listed_at and not is_stale(listed_at, obj.resource_version):
                     continue
                 if namespace is not None and obj.namespace != namespace:
                     continue

@@ -138,7 +138,7 @@ class ControllerManager:
                 self.journal.observe(item)
                 continue
             present = [str(obj.get("metadata", {}).get("uid", "")) for obj in informer.known()]
-            self.journal.forget_missing(informer.resource, informer.namespace, present)
+            self.journal.forget_missing(informer.resource, informer.namespace, present, item.resource_version)
             first_sync.set()
 
     async def run(self) -> None:

@@ -147,3 +147,16 @@ async def test_without_a_store_the_same_events_are_folded() -> None:
     await h.settle()
     await h.close()
     assert isinstance(h.view.domain(UID).cd, ComputeDomainObserved)
+
+
+async def test_a_listing_older_than_what_the_view_knows_does_not_delete_it() -> None:
+    h = Harness(None)
+    h.journal.observe(Observation(PODS, Change.ADDED, pod("10", ready=True)))
+    await h.settle()
+    h.journal.forget_missing(PODS, "drv", present=[], listed_at="5")  # listed before the pod was written
+    await h.settle()
+    assert len(h.view.domain(UID).daemon_pods()) == 1
+    h.journal.forget_missing(PODS, "drv", present=[], listed_at="12")
+    await h.settle()
+    assert h.view.domain(UID).daemon_pods() == []
+    await h.close()
