@@ -6,7 +6,8 @@ node whose claims are allocated and reserved for it, calls NodePrepareResources 
 its unix socket with the service version negotiated at registration (one call per driver with all the pod's
 claims; every claim UID must come back without error), records the CDI device IDs, hands the pod to a
 `PodRuntime` and marks it Running (Ready as the runtime says). When the pod goes away it stops it and calls
-NodeUnprepareResources for claims no other pod on the node still uses. Run by the rack; tests drive `sync()`.
+NodeUnprepareResources for claims no other pod on the node still uses. A driver without a registered plugin
+for `slice_wipe_delay_s` loses its slices on the node. Run by the rack; tests drive `sync()`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -90,6 +93,7 @@ class SimKubelet:
     pod_ip_prefix: str = "10.244.0."
     runtime: PodRuntime = field(default_factory=ImmediateRuntime)
     tick_s: float = 0.1
+    slice_wipe_delay_s: float = 30.0  # the kubelet's defaultWipingDelay after a driver deregisters
     running: dict[str, RunningPod] = field(default_factory=dict)  # by pod uid
     last_errors: dict[str, str] = field(default_factory=dict)  # pod uid -> why it is not running yet
     prepare_calls: list[tuple[str, str, list[str]]] = field(
@@ -101,6 +105,8 @@ class SimKubelet:
         self.plugins = PluginWatcher(self.registry_dir)
         self._next_ip = 2
         self._task: asyncio.Task[None] | None = None
+        self._registered: set[str] = set()
+        self._deregistered_at: dict[str, float] = {}
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def register_node(self) -> None:
@@ -159,6 +165,33 @@ class SimKubelet:
         finally:
             self.store.hub.release(watcher)
 
+    def _wipe_slices_of_gone_drivers(self) -> None:
+        """Delete a driver's slices on this node once it has had no registered plugin for the wipe delay."""
+        current = set(self.plugins.plugins)
+        now = time.monotonic()
+        for driver in self._registered - current:
+            self._deregistered_at.setdefault(driver, now)
+        for driver in current:
+            self._deregistered_at.pop(driver, None)
+        self._registered = current
+        for driver, since in list(self._deregistered_at.items()):
+            if now - since < self.slice_wipe_delay_s:
+                continue
+            del self._deregistered_at[driver]
+            log.info(
+                "simulated kubelet %s: wiping ResourceSlices of deregistered driver %s",
+                self.node_name,
+                driver,
+            )
+            self.store.delete_collection(self.store.type_of(*SLICES), None, self._slice_filter(driver))
+
+    def _slice_filter(self, driver: str) -> Callable[[Mapping[str, Any]], bool]:
+        def on_this_node(resource_slice: Mapping[str, Any]) -> bool:
+            spec = resource_slice.get("spec") or {}
+            return bool(spec.get("nodeName") == self.node_name and spec.get("driver") == driver)
+
+        return on_this_node
+
     def cdi_devices(self, pod_uid: str) -> list[str]:
         running = self.running.get(pod_uid)
         return list(running.cdi_devices) if running else []
@@ -166,6 +199,7 @@ class SimKubelet:
     # ---- one pass ------------------------------------------------------------------------------------------
     async def sync(self) -> None:
         await self.plugins.scan()
+        self._wipe_slices_of_gone_drivers()
         pods, _ = self.store.list_objects(
             self.store.type_of(*PODS), None, lambda p: (p.get("spec") or {}).get("nodeName") == self.node_name
         )

@@ -181,3 +181,35 @@ async def test_registers_the_cdctl_plugins_registration_server(socket_root: Path
     assert registered == [True]
     plugin = kubelet.plugins.plugins[DRIVER]
     assert (plugin.service, plugin.endpoint) == ("v1.DRAPlugin", endpoint)
+
+
+async def test_slices_of_a_deregistered_driver_are_wiped_after_the_delay(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", slice_wipe_delay_s=0.0)
+    kubelet.register_node()
+    async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
+        await kubelet.sync()
+        add_slice(store, NODE)
+        add_slice(store, NODE, driver="gpu.nvidia.com")
+        add_slice(store, "other")
+        await kubelet.sync()
+        assert len(store.list_objects(store.type_of("resource.k8s.io", "resourceslices"))[0]) == 3
+    await kubelet.sync()
+    remaining, _ = store.list_objects(store.type_of("resource.k8s.io", "resourceslices"))
+    assert sorted((s["spec"]["nodeName"], s["spec"]["driver"]) for s in remaining) == [
+        (NODE, "gpu.nvidia.com"),
+        ("other", DRIVER),
+    ]
+
+
+async def test_a_plugin_that_comes_back_in_time_keeps_its_slices(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", slice_wipe_delay_s=3600.0)
+    kubelet.register_node()
+    async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
+        await kubelet.sync()
+        add_slice(store, NODE)
+    await kubelet.sync()
+    async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
+        await kubelet.sync()
+    assert len(store.list_objects(store.type_of("resource.k8s.io", "resourceslices"))[0]) == 1
