@@ -73,3 +73,26 @@ async def test_kubectl_creates_and_gets_custom_objects(apiserver: ApiServer, tmp
     code, output = await _kubectl(kubeconfig, "get", "computedomain", "cd1", "-n", "default", "-o", "json")
     assert code == 0, output
     assert json.loads(output)["spec"]["channel"]["allocationMode"] == "Single"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+async def test_kubectl_apply_server_side_apply_and_delete(apiserver: ApiServer, tmp_path: Path) -> None:
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    crd_file, cd_file = tmp_path / "crd.json", tmp_path / "cd.json"
+    crd_file.write_text(json.dumps(compute_domain_crd()))
+    cd_file.write_text(json.dumps(compute_domain("cd1", team="a")))
+    for args in (
+        ("apply", "--validate=false", "-f", str(crd_file)),
+        ("apply", "--validate=false", "-n", "default", "-f", str(cd_file)),
+        ("apply", "--server-side", "--validate=false", "-n", "default", "-f", str(cd_file)),
+    ):
+        code, output = await _kubectl(kubeconfig, *args)
+        assert code == 0, output
+    stored = apiserver.store.get(
+        apiserver.store.type_of("resource.nvidia.com", "computedomains"), "default", "cd1"
+    )
+    assert stored["metadata"]["labels"] == {"team": "a"}
+    code, output = await _kubectl(kubeconfig, "delete", "-n", "default", "computedomain", "cd1")
+    assert code == 0, output
+    code, output = await _kubectl(kubeconfig, "get", "computedomains", "-n", "default")
+    assert code == 0 and "No resources found" in output
