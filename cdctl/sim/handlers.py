@@ -23,6 +23,7 @@ from cdctl.sim.conversion import convert
 from cdctl.sim.errors import ApiError, BadRequest, Conflict, InternalError, MethodNotAllowed, NotFound
 from cdctl.sim.faults import FaultPlan
 from cdctl.sim.patch import parse_body
+from cdctl.sim.queryparams import is_true, non_negative_int
 from cdctl.sim.resources import ResourceType
 from cdctl.sim.selectors import object_filter, parse_field_selector, parse_label_selector
 from cdctl.sim.settings import ServerSettings
@@ -41,10 +42,6 @@ class Target:
     namespace: str | None
     name: str | None
     subresource: str | None
-
-
-def is_true(value: str | None) -> bool:
-    return value is not None and value.lower() in ("true", "1")
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -204,7 +201,7 @@ class ApiRoutes:
         offset, resource_version = _decode_continue(request.query.get("continue"), resource_version)
         items = items[offset:]
         metadata: dict[str, Any] = {"resourceVersion": resource_version}
-        limit = int(request.query.get("limit") or 0)
+        limit = non_negative_int(request.query.get("limit"), "limit")
         if limit and len(items) > limit:
             metadata["continue"] = _encode_continue(offset + limit, resource_version)
             metadata["remainingItemCount"] = len(items) - limit

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from cdctl.sim.conversion import convert
 from cdctl.sim.errors import BadRequest, Gone
+from cdctl.sim.queryparams import is_true, non_negative_int
 from cdctl.sim.resources import ResourceType
 from cdctl.sim.selectors import ObjectFilter
 from cdctl.sim.settings import ServerSettings
@@ -58,9 +59,9 @@ async def serve_watch(
 ) -> web.StreamResponse:
     storage = store.type_of(resource_type.group, resource_type.plural)
     since = _since(request.query.get("resourceVersion"))
-    timeout_raw = request.query.get("timeoutSeconds")
-    timeout = float(timeout_raw) if timeout_raw else settings.default_watch_timeout_s
-    bookmarks = (request.query.get("allowWatchBookmarks") or "").lower() == "true"
+    requested = non_negative_int(request.query.get("timeoutSeconds"), "timeoutSeconds")
+    timeout = float(requested) if requested else settings.default_watch_timeout_s
+    bookmarks = is_true(request.query.get("allowWatchBookmarks"))
 
     response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()

@@ -85,3 +85,9 @@ async def test_resource_slice_field_selectors_and_delete_collection(api: client.
     await resource.delete_collection_resource_slice(field_selector="spec.nodeName=n1")
     remaining = await resource.list_resource_slice()
     assert [s.metadata.name for s in remaining.items] == ["s2"]
+
+
+async def test_non_numeric_limit_is_400(api: client.ApiClient) -> None:
+    with pytest.raises(ApiException) as caught:
+        await client.CoreV1Api(api).list_namespaced_pod("default", limit="ten")  # type: ignore[arg-type]
+    assert caught.value.status == 400
