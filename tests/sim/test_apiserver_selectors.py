@@ -89,5 +89,5 @@ async def test_resource_slice_field_selectors_and_delete_collection(api: client.
 
 async def test_non_numeric_limit_is_400(api: client.ApiClient) -> None:
     with pytest.raises(ApiException) as caught:
-        await client.CoreV1Api(api).list_namespaced_pod("default", limit="ten")  # type: ignore[arg-type]
+        await client.CoreV1Api(api).list_namespaced_pod("default", limit="ten")
     assert caught.value.status == 400
