@@ -1,0 +1,161 @@
+"""The lifecycle read models behind `cdctl sql`: claim_lifecycle, channel_allocations,
+checkpoint_transitions and domain_history (architecture.md section 2).
+
+Pure folds over the claim events of cdctl.domain.claims and every event of `domain/<uid>` streams. Used by
+the projection runner (live, persisted), `cdctl replay` and `cdctl verify` (in memory).
+"""
+
+from __future__ import annotations
+
+from cdctl.domain import hashchain
+from cdctl.domain.claims import (
+    TARGET_STATE,
+    ChannelAllocated,
+    ChannelReleased,
+    ClaimInvalidated,
+    ClaimPrepareCompleted,
+    ClaimPrepareFailed,
+    ClaimPrepareFenced,
+    ClaimPrepareStarted,
+    ClaimUnprepared,
+)
+from cdctl.domain.events import RecordedEvent
+from cdctl.projections.base import Change, Projection, Row, View
+from cdctl.store.sealing import format_time
+
+_OUTCOME = {
+    ClaimPrepareStarted.TYPE: "pending",
+    ClaimPrepareCompleted.TYPE: "prepared",
+    ClaimPrepareFailed.TYPE: "failed",
+    ClaimUnprepared.TYPE: "unprepared",
+    ClaimInvalidated.TYPE: "invalidated",
+    ClaimPrepareFenced.TYPE: "fenced",
+}
+
+
+def _claim_uid(event: RecordedEvent) -> str | None:
+    uid = event.data.get("claim_uid")
+    return str(uid) if uid else None
+
+
+class ClaimLifecycle(Projection):
+    """One row per claim: who, where, when requested/prepared/unprepared, how it ended, the last error."""
+
+    name = table = "claim_lifecycle"
+    columns = (
+        "claim_uid", "namespace", "name", "domain_uid", "node", "kind", "state",
+        "requested_at", "prepared_at", "unprepared_at", "outcome", "last_error", "position",
+    )  # fmt: skip
+    key_columns = ("claim_uid",)
+
+    def fold(self, view: View, event: RecordedEvent) -> list[Change]:
+        uid = _claim_uid(event)
+        if uid is None or event.type not in _OUTCOME:
+            return []
+        at = format_time(event.recorded_at)
+        old = view.get((uid,))
+        row: Row = dict(old) if old else {c: "" for c in self.columns} | {"claim_uid": uid}
+        row.update(position=event.position, outcome=_OUTCOME[event.type])
+        row["state"] = TARGET_STATE.get(event.type, row["state"] or "") or row["state"]
+        data = event.data
+        if event.type == ClaimPrepareStarted.TYPE:
+            for field in ("namespace", "name", "domain_uid", "node", "kind"):
+                row[field] = data.get(field, row[field]) or row[field]
+            if not old or old["state"] in ("Unprepared", "Invalidated"):
+                row.update(requested_at=at, prepared_at=None, unprepared_at=None, last_error="")
+        elif event.type == ClaimPrepareCompleted.TYPE:
+            row.update(prepared_at=at, last_error="")
+        elif event.type == ClaimUnprepared.TYPE:
+            row["unprepared_at"] = at
+        elif event.type in (ClaimPrepareFailed.TYPE, ClaimInvalidated.TYPE, ClaimPrepareFenced.TYPE):
+            row["last_error"] = str(data.get("reason", ""))
+        for time_field in ("requested_at", "prepared_at", "unprepared_at"):
+            row[time_field] = row[time_field] or None
+        return [Change((uid,), row)]
+
+
+class ChannelAllocations(Projection):
+    """Every channel ever allocated on a node, to which claim, and when it was released."""
+
+    name = table = "channel_allocations"
+    columns = ("node", "channel", "claim_uid", "domain_uid", "allocated_at", "released_at", "position")
+    key_columns = ("node", "channel", "claim_uid")
+
+    def fold(self, view: View, event: RecordedEvent) -> list[Change]:
+        data, at = event.data, format_time(event.recorded_at)
+        if event.type == ChannelAllocated.TYPE:
+            key = (str(data["node"]), int(data["channel"]), str(data["claim_uid"]))
+            if key in view and view[key]["released_at"] is None:
+                return []  # a repeated allocation after a crash: still the same one
+            row = dict(zip(self.key_columns, key, strict=True))
+            row.update(domain_uid=str(data.get("domain_uid", "")), allocated_at=at, released_at=None)
+            row["position"] = event.position
+            index = view.get(("open", key[2]), {"keys": []})
+            return [
+                Change(key, row),
+                Change(("open", key[2]), {"keys": [*index["keys"], list(key)]}, persist=False),
+            ]
+        if event.type == ChannelReleased.TYPE:
+            keys = [[str(data["node"]), int(data["channel"]), str(data["claim_uid"])]]
+        elif event.type in (ClaimUnprepared.TYPE, ClaimInvalidated.TYPE):
+            keys = list(view.get(("open", str(data.get("claim_uid", ""))), {"keys": []})["keys"])
+        else:
+            return []
+        changes = []
+        for key_list in keys:
+            open_key = tuple(key_list)
+            open_row = view.get(open_key)
+            if open_row is not None and open_row["released_at"] is None:
+                changes.append(Change(open_key, {**open_row, "released_at": at, "position": event.position}))
+        if keys:
+            uid = str(keys[0][2])
+            remaining = [k for k in view.get(("open", uid), {"keys": []})["keys"] if k not in keys]
+            changes.append(Change(("open", uid), {"keys": remaining} if remaining else None, persist=False))
+        return changes
+
+
+class CheckpointTransitions(Projection):
+    """Every state change of every claim, in log order: the audit trail that replaces checkpoint.json."""
+
+    name = table = "checkpoint_transitions"
+    columns = ("position", "claim_uid", "from_state", "to_state", "at", "reason")
+    key_columns = ("position",)
+
+    def fold(self, view: View, event: RecordedEvent) -> list[Change]:
+        target = TARGET_STATE.get(event.type)
+        uid = _claim_uid(event)
+        if target is None or uid is None:
+            return []
+        last = view.get(("last", uid), {"state": ""})["state"]
+        row = {
+            "position": event.position, "claim_uid": uid, "from_state": last, "to_state": str(target),
+            "at": format_time(event.recorded_at), "reason": str(event.data.get("reason", "")),
+        }  # fmt: skip
+        return [
+            Change((event.position,), row, retain=False),
+            Change(("last", uid), {"state": str(target)}, persist=False),
+        ]
+
+
+class DomainHistory(Projection):
+    """Every event of every ComputeDomain stream: what the controller saw and did, in order."""
+
+    name = table = "domain_history"
+    columns = ("position", "domain_uid", "namespace", "name", "type", "at", "detail")
+    key_columns = ("position",)
+
+    def fold(self, view: View, event: RecordedEvent) -> list[Change]:
+        if not event.stream.startswith("domain/"):
+            return []
+        data = event.data
+        row = {
+            "position": event.position, "domain_uid": event.stream.removeprefix("domain/"),
+            "namespace": str(data.get("namespace", "")), "name": str(data.get("name", "")),
+            "type": event.type, "at": format_time(event.recorded_at), "detail": hashchain.dumps(data),
+        }  # fmt: skip
+        return [Change((event.position,), row, retain=False)]
+
+
+def lifecycle_projections() -> list[Projection]:
+    """The read models every cdctl event log carries (the tables of migration 0004)."""
+    return [ClaimLifecycle(), ChannelAllocations(), CheckpointTransitions(), DomainHistory()]

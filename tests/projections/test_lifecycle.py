@@ -1,0 +1,76 @@
+"""The lifecycle folds, through the runner, on both stores."""
+
+from __future__ import annotations
+
+from cdctl.domain.events import NewEvent
+from cdctl.projections.lifecycle import lifecycle_projections
+from cdctl.projections.replay import replay
+from cdctl.projections.runner import ProjectionRunner
+from cdctl.store import EventStore
+from tests.projections.helpers import fail, prepare, unprepare
+
+
+async def runner_for(store: EventStore) -> ProjectionRunner:
+    runner = ProjectionRunner(store, lifecycle_projections())
+    await runner.start()
+    await runner.catch_up()
+    return runner
+
+
+async def test_claim_lifecycle_follows_prepare_and_unprepare(store: EventStore) -> None:
+    await prepare(store, "u1", node="n7", channel=3, domain="d9")
+    runner = await runner_for(store)
+    row = runner.view("claim_lifecycle")[("u1",)]
+    assert (row["namespace"], row["name"], row["node"], row["domain_uid"]) == ("ns", "claim-u1", "n7", "d9")
+    assert row["state"] == "PrepareCompleted" and row["outcome"] == "prepared"
+    assert row["requested_at"] and row["prepared_at"] and row["unprepared_at"] is None
+    await unprepare(store, "u1")
+    await runner.catch_up()
+    row = runner.view("claim_lifecycle")[("u1",)]
+    assert row["state"] == "Unprepared" and row["unprepared_at"] is not None and row["position"] == 4
+
+
+async def test_failures_keep_the_last_error(store: EventStore) -> None:
+    await fail(store, "u2", reason="ComputeDomain daemon on n1 not ready")
+    runner = await runner_for(store)
+    row = runner.view("claim_lifecycle")[("u2",)]
+    assert row["state"] == "PrepareFailed" and row["last_error"] == "ComputeDomain daemon on n1 not ready"
+
+
+async def test_channel_allocations_are_released_by_unprepare(store: EventStore) -> None:
+    await prepare(store, "u1", node="n1", channel=0)
+    runner = await runner_for(store)
+    [row] = [r for k, r in runner.view("channel_allocations").items() if k[0] != "open"]
+    assert (row["node"], row["channel"], row["claim_uid"], row["released_at"]) == ("n1", 0, "u1", None)
+    await unprepare(store, "u1")
+    await runner.catch_up()
+    rows = [r for k, r in runner.view("channel_allocations").items() if k[0] != "open"]
+    assert len(rows) == 1 and rows[0]["released_at"] is not None
+    assert ("open", "u1") not in runner.view("channel_allocations")
+
+
+async def test_checkpoint_transitions_record_from_and_to(store: EventStore) -> None:
+    await fail(store, "u3")
+    await prepare(store, "u3")
+    await unprepare(store, "u3")
+    runner = await runner_for(store)
+    last = runner.view("checkpoint_transitions")[("last", "u3")]
+    assert last == {"state": "Unprepared"}
+    result = await replay(store, lifecycle_projections())
+    transitions = [(r["from_state"], r["to_state"]) for r in result.tables["checkpoint_transitions"]]
+    assert transitions == [
+        ("", "PrepareStarted"), ("PrepareStarted", "PrepareFailed"), ("PrepareFailed", "PrepareStarted"),
+        ("PrepareStarted", "PrepareCompleted"), ("PrepareCompleted", "Unprepared"),
+    ]  # fmt: skip
+
+
+async def test_domain_history_has_every_domain_event(store: EventStore) -> None:
+    await store.append("domain/d1", [NewEvent("ComputeDomainObserved", {"namespace": "ns", "name": "cd"})])
+    await store.append("claim/u1", [NewEvent("Other", {})])
+    await store.append("domain/d1", [NewEvent("WorkloadTemplateCreated", {"name": "cd-channel"})])
+    result = await replay(store, lifecycle_projections())
+    rows = result.tables["domain_history"]
+    assert [(r["domain_uid"], r["type"], r["position"]) for r in rows] == [
+        ("d1", "ComputeDomainObserved", 1), ("d1", "WorkloadTemplateCreated", 3),
+    ]  # fmt: skip
+    assert rows[0]["namespace"] == "ns" and rows[0]["name"] == "cd"
