@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from pathlib import Path
 
 import click
 
+from cdctl.sim.cluster import serve_cluster_until_stopped
 from cdctl.sim.server import serve_until_stopped
 from cdctl.sim.settings import ServerSettings
+from cdctl.sim.topology import NODES_PER_RACK, build_topology
 
 
 @click.group()
@@ -44,6 +47,57 @@ def apiserver(port: int, kubeconfig_out: Path | None, history_window: int) -> No
     settings = ServerSettings(port=port, history_window=history_window)
     try:
         asyncio.run(serve_until_stopped(settings, kubeconfig_out))
+    except OSError as error:
+        raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {error.strerror or error}") from error
+
+
+@sim.command("cluster")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=6443,
+    show_default=True,
+    envvar="CDCTL_SIM_PORT",
+    help="TCP port of the API server on 127.0.0.1 (0 picks a free one).",
+)
+@click.option(
+    "--kubeconfig-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="CDCTL_SIM_KUBECONFIG_OUT",
+    help="Write a kubeconfig pointing at the server to this file.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="CDCTL_SIM_WORK_DIR",
+    help="Per-node kubelet directories (default: a new directory under /tmp).",
+)
+@click.option(
+    "--racks",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    envvar="CDCTL_SIM_RACKS",
+    help="Racks of GPU nodes, one NVLink clique each.",
+)
+@click.option(
+    "--nodes-per-rack",
+    type=click.IntRange(1),
+    default=NODES_PER_RACK,
+    show_default=True,
+    envvar="CDCTL_SIM_NODES_PER_RACK",
+    help="Nodes per rack.",
+)
+def cluster(
+    port: int, kubeconfig_out: Path | None, work_dir: Path | None, racks: int, nodes_per_rack: int
+) -> None:
+    """Serve the API server with the stand-in controllers and one kubelet per simulated node until stopped."""
+    directory = work_dir or Path(tempfile.mkdtemp(prefix="cdctl-sim-", dir="/tmp"))
+    topology = build_topology(racks=racks, nodes_per_rack=nodes_per_rack)
+    try:
+        asyncio.run(
+            serve_cluster_until_stopped(directory, topology, ServerSettings(port=port), kubeconfig_out)
+        )
     except OSError as error:
         raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {error.strerror or error}") from error
 

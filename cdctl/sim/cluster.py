@@ -10,6 +10,9 @@ every node of the fake NVLink topology (each with its own plugin registration an
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import sys
 from pathlib import Path
 from types import TracebackType
 
@@ -104,3 +107,23 @@ class SimCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+
+async def serve_cluster_until_stopped(
+    work_dir: Path, topology: Topology, settings: ServerSettings, kubeconfig_out: Path | None
+) -> None:
+    """Run a SimCluster until SIGTERM or SIGINT (the body of `cdctl sim cluster`)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with SimCluster(work_dir, topology, settings=settings) as cluster:
+        if kubeconfig_out is not None:
+            cluster.write_kubeconfig(kubeconfig_out)
+        print(
+            f"simulated cluster listening on {cluster.url}: {len(topology.nodes)} nodes, "
+            f"plugin registration directories under {work_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+        await stop.wait()

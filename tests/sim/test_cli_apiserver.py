@@ -46,3 +46,37 @@ async def test_apiserver_command_serves_and_stops_cleanly_on_sigterm(tmp_path: P
         async with asyncio.timeout(30):
             code = await process.wait()
     assert code == 0
+
+
+async def test_cluster_command_registers_a_node_per_simulated_node(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "from cdctl.cli.sim import sim; sim()",
+        "cluster",
+        "--port",
+        str(_free_port()),
+        "--kubeconfig-out",
+        str(kubeconfig),
+        "--nodes-per-rack",
+        "3",
+        "--work-dir",
+        str(tmp_path / "work"),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        async with asyncio.timeout(30):
+            banner = await process.stderr.readline()
+        assert b"3 nodes" in banner
+        api = await config.new_client_from_config(config_file=str(kubeconfig))
+        async with api:
+            nodes = await client.CoreV1Api(api).list_node()
+        assert len(nodes.items) == 3
+        assert all(n.metadata.labels["nvidia.com/gpu.present"] == "true" for n in nodes.items)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            code = await process.wait()
+    assert code == 0
