@@ -39,9 +39,10 @@ class Journal:
         self.on_change = on_change
         self._objects: dict[CacheKey, JsonObject] = {}
         self._versions: dict[str, str] = {}
-        self._pending: list[tuple[Observation, asyncio.Future[None] | None]] = []
+        self._pending: list[tuple[Observation | None, asyncio.Future[None] | None]] = []
         self._wake = asyncio.Event()
         self.recorded = 0
+        self.replayed = 0
 
     async def replay(self) -> int:
         """Fold the whole log into the view (at start, before the informers' first listing)."""
@@ -51,6 +52,7 @@ class Journal:
         while True:
             events = await self.store.read_all(after=position, limit=5000)
             if not events:
+                self.replayed = count
                 return count
             for recorded in events:
                 if recorded.stream.startswith("domain/"):
@@ -76,6 +78,13 @@ class Journal:
         obj.setdefault("kind", resource.kind)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append((Observation(resource, change, obj), done))
+        self._wake.set()
+        await done
+
+    async def flush(self) -> None:
+        """Wait until everything observed so far is recorded and folded."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((None, done))
         self._wake.set()
         await done
 
@@ -137,9 +146,11 @@ class Journal:
                 self._pending.append((Observation(resource, Change.DELETED, gone), None))
         self._wake.set()
 
-    async def _ingest(self, batch: list[tuple[Observation, asyncio.Future[None] | None]]) -> None:
+    async def _ingest(self, batch: list[tuple[Observation | None, asyncio.Future[None] | None]]) -> None:
         entries: list[tuple[str, DomainEvent, ObservedVersion | None]] = []
         for observation, _ in batch:
+            if observation is None:
+                continue
             key = (observation.resource.plural, observation.namespace or "", observation.name)
             if observation.change == Change.DELETED:
                 current = self._objects.get(key)

@@ -139,7 +139,9 @@ class ControllerManager:
                 continue
             present = [str(obj.get("metadata", {}).get("uid", "")) for obj in informer.known()]
             self.journal.forget_missing(informer.resource, informer.namespace, present, item.resource_version)
-            first_sync.set()
+            if not first_sync.is_set():
+                await self.journal.flush()
+                first_sync.set()
 
     async def run(self) -> None:
         """Run until cancelled."""

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdctl.domain.computedomains import ComputeDomainObserved, DomainActionIntended, DomainObjectObserved
+from cdctl.domain.computedomains import (
+    ComputeDomainObserved,
+    ComputeDomainTornDown,
+    DomainActionIntended,
+    DomainObjectObserved,
+)
 from cdctl.domain.events import decode
 from cdctl.store.memory import InMemoryEventStore
+from cdctl.store.sqlite import SqliteEventStore
 from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, Cluster, eventually
 
 RCT = ("resource.k8s.io", "resourceclaimtemplates")
@@ -168,3 +174,34 @@ async def test_a_failure_retrying_cannot_fix_is_reported_on_the_domain(tmp_path:
         )
         assert event["involvedObject"]["uid"] == cd["metadata"]["uid"]
         assert "Not_A_Valid_Name" in event["message"]
+
+
+async def test_the_sqlite_event_log_survives_a_restart_without_duplicates(tmp_path: Path) -> None:
+    db = tmp_path / "controller.db"
+    async with Cluster(tmp_path) as cluster:
+        task, _ = await cluster.start_controller(db_path=str(db))
+        uid = cluster.create_domain("cd1", num_nodes=1)["metadata"]["uid"]
+        cluster.run_daemon(uid, "node-a", "10.0.0.1", "c.1", ready=True)
+        await eventually(lambda: (cluster.domain("cd1") or {}).get("status", {}).get("status") == "Ready")
+        await cluster.stop_controller(task)
+        _, restarted = await cluster.start_controller(db_path=str(db))
+        assert restarted.journal.replayed > 0
+        assert restarted.view.domain(uid).cd is not None
+        cluster.delete_domain("cd1")
+        await eventually(lambda: cluster.domain("cd1") is None)
+        await restarted.queue.wait_idle()  # the teardown's last event is written after the domain is gone
+
+    log = await SqliteEventStore.open(db, read_only=True)
+    try:
+        events = [decode(e) for e in await log.read_stream(f"domain/{uid}")]
+    finally:
+        await log.close()
+    observed = [
+        (e.uid, e.resource_version, e.change)
+        for e in events
+        if isinstance(e, DomainObjectObserved | ComputeDomainObserved)
+    ]
+    assert len(observed) == len(set(observed))
+    kinds = {e.kind for e in events if isinstance(e, DomainObjectObserved)}
+    assert {"Pod", "DaemonSet", "ResourceClaimTemplate", "ComputeDomainClique"} <= kinds
+    assert sum(isinstance(e, ComputeDomainTornDown) for e in events) == 1
