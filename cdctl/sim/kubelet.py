@@ -1,13 +1,14 @@
 """A simulated kubelet for one node: plugin registration, DRA prepare/unprepare over gRPC, pod status.
 
 On start it registers its Node (if absent) and deletes the node's ResourceSlices, as the real kubelet does.
-Each pass it scans the plugin registration directory (cdctl.sim.pluginwatcher), and for every pod bound to the
-node whose claims are allocated and reserved for it, calls NodePrepareResources on each driver's plugin over
-its unix socket with the service version negotiated at registration (one call per driver with all the pod's
-claims; every claim UID must come back without error), records the CDI device IDs, hands the pod to a
-`PodRuntime` and marks it Running (Ready as the runtime says). When the pod goes away it stops it and calls
-NodeUnprepareResources for claims no other pod on the node still uses. A driver without a registered plugin
-for `slice_wipe_delay_s` loses its slices on the node. Run by the rack; tests drive `sync()`.
+Each pass it scans the plugin registration directory (cdctl.sim.pluginwatcher), and for every pod bound to
+the node whose claims are allocated and reserved for it, calls NodePrepareResources on each driver's plugin
+over its unix socket with the service version negotiated at registration (one call per driver with all the
+pod's claims; every claim UID must come back without error; failed calls are retried with backoff), records
+the CDI device IDs, hands the pod to a `PodRuntime` and marks it Running (Ready as the runtime says). When
+the pod goes away it stops it and calls NodeUnprepareResources for the claims it tried to prepare that no
+other pod on the node still uses. A driver without a registered plugin for `slice_wipe_delay_s` loses its
+slices on the node. Run by the rack; tests drive `sync()`.
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ _STUBS: dict[str, Any] = {"v1.DRAPlugin": dra_v1, "v1beta1.DRAPlugin": dra_v1bet
 
 
 class PrepareFailed(Exception):
-    """A plugin call failed as a whole or for one claim; the kubelet tries again on a later pass."""
+    """A plugin call failed as a whole or for one claim; the kubelet tries again after a backoff."""
+
+
+class NotPreparableYet(PrepareFailed):
+    """The pod's claims are not allocated and reserved yet, or its driver is not registered: try next pass."""
 
 
 class PodRuntime(Protocol):
@@ -78,7 +83,6 @@ class ClaimRef:
 @dataclass
 class RunningPod:
     pod: dict[str, Any]
-    claims: dict[str, list[ClaimRef]]  # driver -> claims
     cdi_devices: list[str]
     ready: bool = False
 
@@ -94,7 +98,14 @@ class SimKubelet:
     runtime: PodRuntime = field(default_factory=ImmediateRuntime)
     tick_s: float = 0.1
     slice_wipe_delay_s: float = 30.0  # the kubelet's defaultWipingDelay after a driver deregisters
+    retry_backoff_s: float = (
+        0.5  # first delay after a failed prepare; doubles per failure up to max_backoff_s
+    )
+    max_backoff_s: float = 10.0
     running: dict[str, RunningPod] = field(default_factory=dict)  # by pod uid
+    claim_refs: dict[str, dict[str, list[ClaimRef]]] = field(
+        default_factory=dict
+    )  # pod uid -> driver -> claims
     last_errors: dict[str, str] = field(default_factory=dict)  # pod uid -> why it is not running yet
     prepare_calls: list[tuple[str, str, list[str]]] = field(
         default_factory=list
@@ -106,6 +117,8 @@ class SimKubelet:
         self._next_ip = 2
         self._task: asyncio.Task[None] | None = None
         self._registered: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
         self._deregistered_at: dict[str, float] = {}
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
@@ -209,7 +222,7 @@ class SimKubelet:
             if not p["metadata"].get("deletionTimestamp")
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         }
-        for uid in [u for u in self.running if u not in live]:
+        for uid in [u for u in {*self.running, *self.claim_refs} if u not in live]:
             await self._teardown(uid, live)
         for uid, pod in live.items():
             if uid in self.running:
@@ -219,34 +232,51 @@ class SimKubelet:
 
     async def _try_start(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
+        if time.monotonic() < self._retry_at.get(uid, 0.0):
+            return
         try:
             by_driver = self._claims_by_driver(pod)
+            # Like the kubelet's claim cache: known before the call, so a pod deleted after a failed prepare
+            # still gets its claims unprepared.
+            self.claim_refs[uid] = by_driver
             cdi_devices: list[str] = []
             for driver, refs in by_driver.items():
                 cdi_devices += await self._prepare(driver, refs)
-        except PrepareFailed as reason:
+        except NotPreparableYet as reason:
             self.last_errors[uid] = str(reason)
             return
-        self.last_errors.pop(uid, None)
-        running = RunningPod(pod, by_driver, cdi_devices)
+        except PrepareFailed as reason:
+            self.last_errors[uid] = str(reason)
+            failures = self._failures.get(uid, 0) + 1
+            self._failures[uid] = failures
+            delay = min(self.max_backoff_s, self.retry_backoff_s * 2 ** (failures - 1))
+            self._retry_at[uid] = time.monotonic() + delay
+            return
+        self._forget_failures(uid)
+        running = RunningPod(pod, cdi_devices)
         self.running[uid] = running
         await self.runtime.start(pod, cdi_devices)
         await self._refresh_readiness(running, pod, first=True)
 
+    def _forget_failures(self, uid: str) -> None:
+        self.last_errors.pop(uid, None)
+        self._failures.pop(uid, None)
+        self._retry_at.pop(uid, None)
+
     def _claims_by_driver(self, pod: dict[str, Any]) -> dict[str, list[ClaimRef]]:
         names = claim_names(pod)
         if names is None:
-            raise PrepareFailed("waiting for the pod's ResourceClaims to be created")
+            raise NotPreparableYet("waiting for the pod's ResourceClaims to be created")
         namespace = pod["metadata"]["namespace"]
         by_driver: dict[str, list[ClaimRef]] = {}
         for name in names:
             try:
                 claim = self.store.get(self.store.type_of(*CLAIMS), namespace, name)
             except NotFound as error:
-                raise PrepareFailed(f"ResourceClaim {namespace}/{name} does not exist") from error
+                raise NotPreparableYet(f"ResourceClaim {namespace}/{name} does not exist") from error
             status = claim.get("status") or {}
             if not any(r.get("uid") == pod["metadata"]["uid"] for r in status.get("reservedFor") or []):
-                raise PrepareFailed(f"ResourceClaim {namespace}/{name} is not reserved for the pod yet")
+                raise NotPreparableYet(f"ResourceClaim {namespace}/{name} is not reserved for the pod yet")
             results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
             ref = ClaimRef(namespace, claim["metadata"]["uid"], name)
             for driver in sorted({r["driver"] for r in results}):
@@ -256,7 +286,7 @@ class SimKubelet:
     def _plugin(self, driver: str) -> RegisteredPlugin:
         plugin = self.plugins.plugins.get(driver)
         if plugin is None:
-            raise PrepareFailed(f"DRA driver {driver} is not registered")
+            raise NotPreparableYet(f"DRA driver {driver} is not registered")
         return plugin
 
     async def _call(self, driver: str, refs: list[ClaimRef], prepare: bool) -> dict[str, Any]:
@@ -296,25 +326,27 @@ class SimKubelet:
         return [cdi for ref in refs for device in answered[ref.uid].devices for cdi in device.cdi_device_ids]
 
     async def _teardown(self, uid: str, live: dict[str, dict[str, Any]]) -> None:
-        running = self.running[uid]
-        await self.runtime.stop(running.pod)
+        running = self.running.get(uid)
+        if running is not None:
+            await self.runtime.stop(running.pod)
         still_used = {
             ref.uid
-            for other_uid, other in self.running.items()
+            for other_uid, by_driver in self.claim_refs.items()
             if other_uid != uid and other_uid in live
-            for refs in other.claims.values()
+            for refs in by_driver.values()
             for ref in refs
         }
         try:
-            for driver, refs in running.claims.items():
+            for driver, refs in self.claim_refs.get(uid, {}).items():
                 unused = [ref for ref in refs if ref.uid not in still_used]
                 if unused:
                     await self._call(driver, unused, prepare=False)
         except PrepareFailed as reason:
             self.last_errors[uid] = str(reason)
             return
-        del self.running[uid]
-        self.last_errors.pop(uid, None)
+        self.running.pop(uid, None)
+        self.claim_refs.pop(uid, None)
+        self._forget_failures(uid)
 
     # ---- pod status ----------------------------------------------------------------------------------------
     async def _refresh_readiness(self, running: RunningPod, pod: dict[str, Any], first: bool = False) -> None:

@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from cdctl.sim.allocator import Allocator
 from cdctl.sim.claimtemplates import ClaimTemplateController
 from cdctl.sim.kubelet import SimKubelet
 from cdctl.sim.store import ObjectStore
-from tests.sim.fakeplugin import serve_plugin
+from tests.sim.fakeplugin import PluginLog, serve_plugin
 from tests.sim.standins import DRIVER, add_classes, add_pod, add_slice, add_template, get
 
 NODE = "n1"
@@ -107,21 +108,24 @@ async def test_prepares_claims_marks_pod_ready_and_unprepares_on_deletion(socket
         assert kubelet.running == {}
 
 
-async def test_failed_claim_keeps_the_pod_pending_and_is_retried(socket_root: Path) -> None:
-    store = _cluster()
-    kubelet = SimKubelet(store, NODE, socket_root / "registry")
+async def _failing_pod(store: ObjectStore, kubelet: SimKubelet, log: PluginLog) -> dict[str, Any]:
     kubelet.register_node()
     add_slice(store, NODE)
     pod = add_pod(store, "worker", "tmpl")
+    ClaimTemplateController(store).reconcile()
+    Allocator(store).reconcile()
+    claim_name = get(store, "", "pods", "worker")["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    log.fail_claims.add(get(store, "resource.k8s.io", "resourceclaims", claim_name)["metadata"]["uid"])
+    return pod
+
+
+async def test_failed_claim_keeps_the_pod_pending_and_is_retried(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", retry_backoff_s=0.0)
     async with serve_plugin(
         socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]
     ) as log:
-        ClaimTemplateController(store).reconcile()
-        Allocator(store).reconcile()
-        claim_name = get(store, "", "pods", "worker")["status"]["resourceClaimStatuses"][0][
-            "resourceClaimName"
-        ]
-        log.fail_claims.add(get(store, "resource.k8s.io", "resourceclaims", claim_name)["metadata"]["uid"])
+        pod = await _failing_pod(store, kubelet, log)
         await kubelet.sync()
         assert get(store, "", "pods", "worker")["status"]["phase"] == "Pending"
         assert "injected failure" in kubelet.last_errors[pod["metadata"]["uid"]]
@@ -129,6 +133,22 @@ async def test_failed_claim_keeps_the_pod_pending_and_is_retried(socket_root: Pa
         await kubelet.sync()
         assert get(store, "", "pods", "worker")["status"]["phase"] == "Running"
         assert len(log.prepared) == 2
+
+
+async def test_failed_prepare_backs_off_and_is_unprepared_when_the_pod_goes(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", retry_backoff_s=3600.0)
+    async with serve_plugin(
+        socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]
+    ) as log:
+        await _failing_pod(store, kubelet, log)
+        await kubelet.sync()
+        await kubelet.sync()
+        assert len(log.prepared) == 1, "the second pass falls inside the backoff"
+        store.delete(store.type_of("", "pods"), "default", "worker")
+        await kubelet.sync()
+        assert log.unprepared == [("v1", log.prepared[0][1])]
+        assert kubelet.claim_refs == {}
 
 
 async def test_pod_waits_for_its_driver_to_register(socket_root: Path) -> None:
