@@ -7,8 +7,9 @@
    clique and status writes made meanwhile (batching: far fewer than one per pod change).
 
 The simulated API server runs in this process (one event loop, as the controller); the controller runs
-without a client-side rate limit (--kube-api-qps 0), with an in-memory event log. Results go to
-bench/results/controller-<UTC time>.json. Run: `.venv/bin/python -m bench.controller [--domains N]`.
+without a client-side rate limit (--kube-api-qps 0), with its event log in a SQLite file (as deployed) or in
+memory. Results go to bench/results/controller-<UTC time>.json.
+Run: `.venv/bin/python -m bench.controller [--domains N] [--event-log sqlite|memory]`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from cdctl.domain.events import decode
 from cdctl.sim.chart import cluster_bootstrap_objects
 from cdctl.sim.server import ApiServer
 from cdctl.sim.settings import ServerSettings
+from cdctl.store.base import EventStore
 from cdctl.store.memory import InMemoryEventStore
+from cdctl.store.sqlite import SqliteEventStore
 
 DRIVER_NAMESPACE = "nvidia-dra"
 USER_NAMESPACE = "bench"
@@ -151,7 +154,7 @@ async def scale_out(bench: Bench, manager: ControllerManager, domains: int) -> d
     }
 
 
-async def readiness(bench: Bench, manager: ControllerManager, log: InMemoryEventStore) -> dict[str, Any]:
+async def readiness(bench: Bench, manager: ControllerManager, log: EventStore) -> dict[str, Any]:
     nodes, per_clique = 144, 18
     uid = bench.create_domain("big", num_nodes=nodes)["metadata"]["uid"]
     pods = [
@@ -179,7 +182,7 @@ async def readiness(bench: Bench, manager: ControllerManager, log: InMemoryEvent
     }
 
 
-async def writes(log: InMemoryEventStore, uid: str) -> dict[str, int]:
+async def writes(log: EventStore, uid: str) -> dict[str, int]:
     counts = {"update-status": 0, "update-clique": 0}
     for recorded in await log.read_stream(f"domain/{uid}"):
         event = decode(recorded)
@@ -188,7 +191,7 @@ async def writes(log: InMemoryEventStore, uid: str) -> dict[str, int]:
     return counts
 
 
-async def main(domains: int) -> dict[str, Any]:
+async def main(domains: int, event_log: str) -> dict[str, Any]:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     async with ApiServer(settings=ServerSettings(history_window=200_000)) as server:
         bench = Bench(server)
@@ -203,7 +206,11 @@ async def main(domains: int) -> dict[str, Any]:
             kube_api_qps=0.0,
             workers=32,
         )
-        log = InMemoryEventStore()
+        log: EventStore = (
+            InMemoryEventStore()
+            if event_log == "memory"
+            else await SqliteEventStore.open(Path(tempfile.mkdtemp()) / "controller.db")
+        )
         started: list[ControllerManager] = []
         task = asyncio.create_task(run_controller(settings, started=started, store=log))
         await until(lambda: bool(started) or task.done())
@@ -218,6 +225,8 @@ async def main(domains: int) -> dict[str, Any]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            events_recorded = log.head()
+            await log.close()
     return {
         "benchmark": "controller",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -225,20 +234,21 @@ async def main(domains: int) -> dict[str, Any]:
         "settings": {
             "workers": 32,
             "kube_api_qps": 0,
-            "event_log": "in-memory",
+            "event_log": event_log,
             "api_server": "cdctl.sim in process",
         },
         "scale_out": first,
         "readiness": second,
-        "events_recorded": log.head(),
+        "events_recorded": events_recorded,
     }
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", type=int, default=1000)
+    parser.add_argument("--event-log", choices=["sqlite", "memory"], default="sqlite")
     args = parser.parse_args()
-    result = asyncio.run(main(args.domains))
+    result = asyncio.run(main(args.domains, args.event_log))
     print(json.dumps(result, indent=2))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"controller-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
