@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from cdctl.cli import controller as cli
+from cdctl.controller.leader import LeadershipLost
 from cdctl.controller.settings import ControllerSettings
 
 REFERENCE_FLAGS = {
@@ -155,3 +156,15 @@ def test_required_flags_unknown_gates_invalid_combinations_and_arguments_are_rej
 )
 def test_go_durations(text: str, seconds: float) -> None:
     assert cli.parse_duration(text) == seconds
+
+
+def test_losing_the_lease_exits_non_zero_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def losing(settings: ControllerSettings) -> None:
+        raise LeadershipLost("lease lock lost by p-1234")
+
+    monkeypatch.setattr(cli, "serve", losing)
+    result = CliRunner().invoke(
+        cli.controller, ["--pod-name", "p", "--image-name", "img", "--log-verbosity-cd-daemon", "4"], env={}
+    )
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1] == "cdctl controller: lease lock lost by p-1234"

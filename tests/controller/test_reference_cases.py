@@ -178,3 +178,25 @@ async def test_metrics_health_and_readiness_are_served(tmp_path: Path) -> None:
         assert 'cdctl_controller_reconcile_total{result="success"}' in text
         assert "cdctl_controller_reconcile_duration_seconds_bucket" in text
         assert "cdctl_controller_queue_depth" in text
+
+
+async def test_a_full_clique_is_reported_and_never_shares_an_index(tmp_path: Path) -> None:
+    async with Cluster(tmp_path) as cluster:
+        await cluster.start_controller(max_nodes_per_imex_domain=2)
+        cd = cluster.create_domain("cd1")
+        uid = cd["metadata"]["uid"]
+        for index, node in enumerate(("node-a", "node-b", "node-c")):
+            cluster.run_daemon(uid, node, f"10.0.0.{index + 1}", "c.1", ready=True)
+        event = await eventually(
+            lambda: next(
+                (e for e in cluster.list("", "events", USER_NAMESPACE) if e.get("reason") == "CliqueFull"),
+                None,
+            )
+        )
+        assert "maxNodesPerIMEXDomain (2)" in event["message"]
+        clique = await eventually(
+            lambda: (
+                (c := cluster.get(*CLIQUES, DRIVER_NAMESPACE, f"{uid}.c.1")) and len(c["daemons"]) == 2 and c
+            )
+        )
+        assert sorted(d["index"] for d in clique["daemons"]) == [0, 1]
