@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/cdctl sim rack
+	$(BIN)/cdctl demo
 
 test: lint typecheck layers unit
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from cdctl import __version__
-from cdctl.cli import history, sim
+from cdctl.cli import controller, demo, history, plugin, sim
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "CDCTL"})
@@ -19,7 +19,10 @@ def cli() -> None:
 
 
 history.register(cli)
+demo.register(cli)
 sim.register(cli)
+controller.register(cli)
+plugin.register(cli)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Final, Self
 
 from cdctl.domain.events import NewEvent, RecordedEvent
 
@@ -87,7 +87,7 @@ class EventStore(abc.ABC):
             if not events:
                 await self.wait_beyond(position)
 
-    async def __aenter__(self) -> EventStore:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

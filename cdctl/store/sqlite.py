@@ -31,7 +31,8 @@ PRAGMAS = (
     "PRAGMA busy_timeout = 5000",
     "PRAGMA foreign_keys = ON",
 )
-_SELECT = (
+READ_BUSY_TIMEOUT_MS = 1000
+SELECT_EVENTS = (
     "SELECT position, stream, version, type, schema_version, data, metadata, recorded_at, hash FROM events"
 )
 
@@ -68,7 +69,9 @@ def _engine(path: Path, read_only: bool) -> AsyncEngine:
         for pragma in PRAGMAS[1:] if read_only else PRAGMAS:
             cursor.execute(pragma)
         if read_only:
+            # Readers (the CLI, projections' reads) must never write, and should not wait long on a lock.
             cursor.execute("PRAGMA query_only = ON")
+            cursor.execute(f"PRAGMA busy_timeout = {READ_BUSY_TIMEOUT_MS}")
         cursor.close()
 
     return engine
@@ -166,16 +169,27 @@ class SqliteEventStore(EventStore):
         finally:
             await self._reader.rollback()
 
+    async def query_with_columns(self, sql: str) -> tuple[list[str], list[Sequence[Any]]]:
+        """One statement on the reader, with its column names; database errors are left to the caller."""
+        assert self._reader is not None
+        try:
+            result = await self._reader.exec_driver_sql(sql)
+            if not result.returns_rows:
+                return [], []
+            return list(result.keys()), [tuple(r) for r in result.all()]
+        finally:
+            await self._reader.rollback()
+
     async def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]:
         rows = await self.query(
-            f"{_SELECT} WHERE stream = ? AND version >= ? ORDER BY version", (stream, from_version)
+            f"{SELECT_EVENTS} WHERE stream = ? AND version >= ? ORDER BY version", (stream, from_version)
         )
         return [row_to_event(r) for r in rows]
 
     async def read_all(
         self, after: int = 0, limit: int | None = None, until: datetime | None = None
     ) -> list[RecordedEvent]:
-        sql, params = f"{_SELECT} WHERE position > ?", [after]
+        sql, params = f"{SELECT_EVENTS} WHERE position > ?", [after]
         if until is not None:
             sql += " AND recorded_at <= ?"
             params.append(format_time(until))  # type: ignore[arg-type]

@@ -1,0 +1,240 @@
+"""`cdctl events | sql | replay | verify | history`: read any event log file, never write it.
+
+Operators' tools for post-mortems: tail and filter the log, run read-only SQL over the lifecycle views,
+rebuild the projections as of any position or instant, check integrity, and show one object's timeline.
+These names and flags are a contract (issue: foundation, point 5). Thin: flags -> store/projections calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy.exc import DBAPIError
+
+from cdctl.cli.errors import fail, guarded, parse_time, run
+from cdctl.domain.errors import InvalidInput, StoreError, StoreLocked
+from cdctl.domain.events import RecordedEvent
+from cdctl.projections.lifecycle import lifecycle_projections
+from cdctl.projections.replay import VerifyReport, replay, verify_chain, verify_projections
+from cdctl.projections.sinks import SqliteSink
+from cdctl.store.sqlite import SELECT_EVENTS, SqliteEventStore, row_to_event
+
+db_option = click.option(
+    "--db", "db", required=True, envvar="CDCTL_DB", type=click.Path(path_type=Path),
+    help="Event log file (env CDCTL_DB).",
+)  # fmt: skip
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="One JSON document (or JSON lines) on stdout."
+)
+FOLLOW_INTERVAL = 0.5
+PIPE_WIDTH = 240
+
+
+def _console() -> Console:
+    # A pipe or file gets wide, unwrapped tables (grep-able); a terminal gets its own width.
+    return Console(soft_wrap=True) if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
+
+
+def _print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    _console().print(table)
+
+
+def _summary(data: dict[str, Any], width: int = 80) -> str:
+    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+async def _open(db: Path) -> SqliteEventStore:
+    return await SqliteEventStore.open(db, read_only=True)
+
+
+async def _select_events(
+    store: SqliteEventStore, after: int, stream: str | None, type_: str | None, since: str | None
+) -> list[RecordedEvent]:
+    sql = SELECT_EVENTS
+    where, params = ["position > ?"], [after]
+    if stream:
+        where.append("stream GLOB ?")
+        params.append(stream)  # type: ignore[arg-type]
+    if type_:
+        where.append("type = ?")
+        params.append(type_)  # type: ignore[arg-type]
+    if since:
+        where.append("recorded_at >= ?")
+        params.append(since)  # type: ignore[arg-type]
+    rows = await store.query(
+        f"{sql} WHERE {' AND '.join(where)} ORDER BY position LIMIT 10000", tuple(params)
+    )
+    return [row_to_event(r) for r in rows]
+
+
+@click.command()
+@db_option
+@click.option("--stream", help="Only this stream; glob patterns allowed (claim/*, domain/<uid>).")
+@click.option("--type", "type_", help="Only events of this type.")
+@click.option("--since", help="Only events recorded at or after: ISO 8601, or an age like 15m, 2h, 1d.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing events as they are appended.")
+@json_option
+@guarded
+def events(
+    db: Path, stream: str | None, type_: str | None, since: str | None, follow: bool, as_json: bool
+) -> None:
+    """List the events of an event log, oldest first."""
+    since_text = parse_time(since, "--since").isoformat(timespec="microseconds") if since else None
+
+    async def main() -> None:
+        async with await _open(db) as store:
+            after = 0
+            while True:
+                batch = await _select_events(store, after, stream, type_, since_text)
+                if batch:
+                    after = batch[-1].position
+                    _emit_events(batch, as_json)
+                    continue
+                if not follow:
+                    return
+                await asyncio.sleep(FOLLOW_INTERVAL)  # another process writes the file: nothing to wake us
+
+    run(main())
+
+
+def _emit_events(batch: list[RecordedEvent], as_json: bool) -> None:
+    if as_json:
+        for event in batch:
+            click.echo(json.dumps(event.to_json(), sort_keys=True))
+        return
+    _print_table(
+        None,
+        ("position", "recorded_at", "stream", "version", "type", "data"),
+        [
+            (e.position, e.recorded_at.isoformat(timespec="milliseconds"), e.stream, e.version, e.type,
+             _summary(e.data))
+            for e in batch
+        ],
+    )  # fmt: skip
+
+
+@click.command()
+@db_option
+@click.argument("statement")
+@json_option
+@guarded
+def sql(db: Path, statement: str, as_json: bool) -> None:
+    """Run one read-only SQL statement (the file is opened read-only; writes are refused).
+
+    Views: claim_lifecycle, channel_allocations, checkpoint_transitions, domain_history, and events.
+    """
+
+    async def main() -> tuple[list[str], list[Sequence[Any]]]:
+        async with await _open(db) as store:
+            try:
+                return await store.query_with_columns(statement)
+            except DBAPIError as exc:
+                message = str(exc.orig)
+                if "readonly" in message or "read-only" in message or "query_only" in message:
+                    raise StoreError(f"{db}: cdctl sql is read-only; statement refused ({message})") from None
+                if "locked" in message:
+                    raise StoreLocked(f"{db}: event log is locked") from None
+                raise InvalidInput("cdctl sql", "STATEMENT", message) from None
+
+    columns, rows = run(main())
+    if as_json:
+        click.echo(json.dumps([dict(zip(columns, row, strict=True)) for row in rows], default=str))
+    else:
+        _print_table(None, columns, rows)
+        click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", err=True)
+
+
+@click.command("replay")
+@db_option
+@click.option("--at", "at", help="Rebuild as of this instant: ISO 8601, or an age like 15m, 2h, 1d.")
+@click.option("--position", type=click.IntRange(min=0), help="Rebuild as of this log position.")
+@json_option
+@guarded
+def replay_command(db: Path, at: str | None, position: int | None, as_json: bool) -> None:
+    """Print the state the projections had at a point in the log (default: now)."""
+    if at is not None and position is not None:
+        fail("--at and --position are exclusive: give one", 2)
+    until = parse_time(at, "--at") if at else None
+
+    async def main() -> Any:
+        async with await _open(db) as store:
+            return await replay(store, lifecycle_projections(), position=position, until=until)
+
+    result = run(main())
+    if as_json:
+        click.echo(json.dumps(result.to_json(), default=str, sort_keys=True))
+        return
+    click.echo(f"state after position {result.position} ({result.events} events folded)")
+    projections = {p.name: p for p in lifecycle_projections()}
+    for name, rows in result.tables.items():
+        columns = projections[name].columns
+        _print_table(name, columns, [[row.get(c) for c in columns] for row in rows])
+
+
+@click.command()
+@db_option
+@guarded
+def verify(db: Path) -> None:
+    """Check the hash chain and that rebuilt projections equal the stored ones."""
+
+    async def main() -> VerifyReport:
+        report = VerifyReport()
+        async with await _open(db) as store:
+            await verify_chain(store, report)
+            if report.ok:
+                await verify_projections(store, lifecycle_projections(), SqliteSink(store), report)
+        return report
+
+    report = run(main())
+    if not report.ok:
+        for problem in report.problems:
+            click.echo(f"cdctl: verify: {problem}", err=True)
+        fail(f"{db}: verification failed; first bad position {report.first_bad_position}", 1)
+    click.echo(
+        f"ok: {report.events} events, hash chain intact, {len(lifecycle_projections())} projections match"
+    )
+
+
+@click.command()
+@db_option
+@click.argument("subject")
+@json_option
+@guarded
+def history(db: Path, subject: str, as_json: bool) -> None:
+    """One object's timeline.
+
+    SUBJECT is a stream (claim/<uid>, domain/<uid>, node/<name>) or a bare uid or node name.
+    """
+
+    async def main() -> list[RecordedEvent]:
+        async with await _open(db) as store:
+            streams = (
+                [subject] if "/" in subject else [f"{kind}/{subject}" for kind in ("claim", "domain", "node")]
+            )
+            found: list[RecordedEvent] = []
+            for stream in streams:
+                found += await store.read_stream(stream)
+            if not found:
+                raise InvalidInput("cdctl history", "SUBJECT", f"no events for {subject!r} in {db}")
+            return sorted(found, key=lambda e: e.position)
+
+    _emit_events(run(main()), as_json)
+
+
+def register(root: click.Group) -> None:
+    for command in (events, sql, replay_command, verify, history):
+        root.add_command(command)

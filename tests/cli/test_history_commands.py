@@ -1,0 +1,162 @@
+"""`cdctl events | sql | replay | verify | history` over a real log, and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cdctl.cli.demo import write_scenario
+from cdctl.cli.errors import run
+from cdctl.cli.main import cli
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("log") / "events.db"
+    summary = run(write_scenario(path, nodes=4))
+    assert summary.events > 0 and summary.left_prepared == 0
+    return path
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    assert "Traceback" not in result.output + result.stderr
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), (
+        result.exception
+    )
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_events_filters_by_stream_and_type(log: Path) -> None:
+    code, out, _ = invoke("events", "--db", str(log), "--stream", "domain/*", "--json")
+    events = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and events and all(e["stream"].startswith("domain/") for e in events)
+    assert [e["position"] for e in events] == sorted(e["position"] for e in events)
+    code, out, _ = invoke("events", "--db", str(log), "--type", "ClaimPrepareFailed", "--json")
+    [failed] = [json.loads(line) for line in out.splitlines()]
+    assert (
+        failed["data"]["retriable"] is True and failed["metadata"]["actor"]["component"] == "kubelet-plugin"
+    )
+
+
+def test_events_since_the_future_is_empty_and_a_bad_time_is_one_line(log: Path) -> None:
+    code, out, _ = invoke("events", "--db", str(log), "--since", "2999-01-01T00:00:00Z", "--json")
+    assert code == 0 and out == ""
+    code, _, err = invoke("events", "--db", str(log), "--since", "last tuesday")
+    assert code == 2 and err.count("\n") == 1 and "--since" in err and "not a time" in err
+
+
+def test_sql_reads_the_lifecycle_views(log: Path) -> None:
+    code, out, _ = invoke(
+        "sql",
+        "--db",
+        str(log),
+        "--json",
+        "SELECT kind, count(*) AS n, max(state) AS s FROM claim_lifecycle GROUP BY kind",
+    )
+    assert code == 0
+    assert json.loads(out) == [
+        {"kind": "channel", "n": 4, "s": "Unprepared"},
+        {"kind": "daemon", "n": 4, "s": "Unprepared"},
+    ]
+    code, out, _ = invoke(
+        "sql",
+        "--db",
+        str(log),
+        "SELECT count(*) AS released FROM channel_allocations WHERE released_at IS NOT NULL",
+    )
+    assert code == 0 and "released" in out and " 4 " in out
+
+
+@pytest.mark.parametrize(
+    "statement", ["DELETE FROM events", "INSERT INTO snapshots VALUES ('x', 1, '', '')", "CREATE TABLE t (x)"]
+)
+def test_sql_refuses_writes(log: Path, statement: str) -> None:
+    before = sqlite3.connect(log).execute("SELECT count(*) FROM events").fetchone()[0]
+    code, _, err = invoke("sql", "--db", str(log), statement)
+    assert code == 3 and "read-only" in err and err.count("\n") == 1
+    assert sqlite3.connect(log).execute("SELECT count(*) FROM events").fetchone()[0] == before
+
+
+def test_sql_syntax_errors_name_the_statement(log: Path) -> None:
+    code, _, err = invoke("sql", "--db", str(log), "SELEC nothing")
+    assert code == 2 and "STATEMENT" in err
+
+
+def test_replay_at_a_position_shows_the_state_then(log: Path) -> None:
+    code, out, _ = invoke("replay", "--db", str(log), "--position", "12", "--json")
+    state = json.loads(out)
+    assert code == 0 and state["position"] == 12
+    assert {row["state"] for row in state["tables"]["claim_lifecycle"]} <= {
+        "PrepareStarted",
+        "PrepareCompleted",
+    }
+    code, out, _ = invoke("replay", "--db", str(log), "--json")
+    assert {row["state"] for row in json.loads(out)["tables"]["claim_lifecycle"]} == {"Unprepared"}
+    code, _, err = invoke("replay", "--db", str(log), "--at", "1h", "--position", "3")
+    assert code == 2 and "exclusive" in err
+
+
+def test_verify_passes_then_names_the_first_bad_position(log: Path, tmp_path: Path) -> None:
+    code, out, _ = invoke("verify", "--db", str(log))
+    assert code == 0 and out.startswith("ok:")
+    broken = tmp_path / "broken.db"
+    broken.write_bytes(log.read_bytes())
+    conn = sqlite3.connect(broken)
+    conn.execute("DROP TRIGGER events_are_never_updated")
+    conn.execute("UPDATE events SET type = 'Forged' WHERE position = 7")
+    conn.commit()
+    conn.close()
+    code, _, err = invoke("verify", "--db", str(broken))
+    assert code == 1 and "first bad position 7" in err
+
+
+def test_history_shows_one_objects_timeline(log: Path) -> None:
+    code, out, _ = invoke("events", "--db", str(log), "--type", "ClaimPrepareFailed", "--json")
+    uid = json.loads(out)["data"]["claim_uid"]
+    code, out, _ = invoke("history", "--db", str(log), uid, "--json")
+    types = [json.loads(line)["type"] for line in out.splitlines()]
+    assert code == 0 and types[:3] == ["ClaimPrepareStarted", "ClaimPrepareFailed", "ClaimPrepareStarted"]
+    assert types[-1] == "ClaimUnprepared"
+
+
+def test_missing_and_foreign_files_are_one_line_errors(tmp_path: Path) -> None:
+    foreign = tmp_path / "other.db"
+    sqlite3.connect(foreign).execute("CREATE TABLE x (y)").connection.close()
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    for path, message in [(tmp_path / "absent.db", "no such event log"), (foreign, "another application"),
+                          (text, "not an SQLite database"), (tmp_path, "is a directory")]:  # fmt: skip
+        for command in (["events"], ["sql", "SELECT 1"], ["replay"], ["verify"]):
+            code, _, err = invoke(command[0], "--db", str(path), *command[1:])
+            assert code != 0 and message in err and err.count("\n") == 1, (command, path, err)
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_a_locked_log_is_a_one_line_error(log: Path, tmp_path: Path) -> None:
+    locked = tmp_path / "locked.db"
+    locked.write_bytes(log.read_bytes())
+    holder = sqlite3.connect(locked)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        code, _, err = invoke("events", "--db", str(locked))
+    finally:
+        holder.rollback()
+        holder.close()
+    assert code == 3 and "locked" in err and err.count("\n") == 1
+
+
+def test_the_console_script_never_prints_a_traceback(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cdctl", "replay", "--db", str(tmp_path / "nope.db")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 3
+    assert result.stderr.strip() == f"cdctl: error: {tmp_path / 'nope.db'}: no such event log"
