@@ -5,7 +5,8 @@ ResourceClaim-from-template controller, the allocator (scheduler), the DaemonSet
 every node of the fake NVLink topology (each with its own plugin registration and plugin directories under
 `work_dir`, short enough for unix socket paths). Clients connect with `cluster.write_kubeconfig(path)` or
 `cluster.url`; a node's kubelet plugin is pointed at `registry_dir(node)` / `plugin_dir(node)` and given
-`--fake-nvml <topology.node(node).fake_nvml_spec()>`. Used by `cdctl sim` and the integration tests.
+`--fake-nvml <topology.node(node).fake_nvml_spec()>` (or, in process, `NodeDeviceLib`) and the fake driver
+files of `driver_files(node)`. Used by `cdctl sim` and the integration tests.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from cdctl.sim.allocator import Allocator
 from cdctl.sim.claimtemplates import ClaimTemplateController
 from cdctl.sim.controllerloop import ControllerLoop
 from cdctl.sim.daemonsets import DaemonSetController
+from cdctl.sim.fakedriver import DriverFiles, write_driver_files
 from cdctl.sim.kubelet import ImmediateRuntime, PodRuntime, SimKubelet
 from cdctl.sim.server import ApiServer
 from cdctl.sim.settings import ServerSettings
@@ -53,6 +55,7 @@ class SimCluster:
             ControllerLoop("daemonsets", self.store, daemonsets.kinds, daemonsets.reconcile),
         ]
         self.kubelets: dict[str, SimKubelet] = {}
+        self._driver_files: dict[str, DriverFiles] = {}
         for index, node in enumerate(self.topology.nodes.values()):
             self.kubelets[node.name] = SimKubelet(
                 self.store,
@@ -80,12 +83,17 @@ class SimCluster:
         """The node's data directory of one plugin (`plugins/<driver>`)."""
         return self.node_dir(node) / "plugins" / driver
 
+    def driver_files(self, node: str) -> DriverFiles:
+        """The node's fake `/proc` driver files (written at start) for the plugin's settings."""
+        return self._driver_files[node]
+
     def write_kubeconfig(self, path: Path) -> Path:
         return self.apiserver.write_kubeconfig(path)
 
     async def start(self) -> None:
         for node in self.topology.nodes:
             self.registry_dir(node).mkdir(parents=True, exist_ok=True)
+            self._driver_files[node] = write_driver_files(self.node_dir(node) / "driver")
         await self.apiserver.start()
         for kubelet in self.kubelets.values():
             await kubelet.start()

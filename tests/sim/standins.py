@@ -40,7 +40,8 @@ def add_slice(store: ObjectStore, node: str, driver: str = DRIVER) -> dict[str, 
     return store.create(kind(store, "resource.k8s.io", "resourceslices"), "", body)
 
 
-def add_classes(store: ObjectStore) -> None:
+def add_classes(store: ObjectStore, *, with_config: bool = True) -> None:
+    """NVIDIA's two DeviceClasses; `with_config` adds an opaque class config to check it reaches allocations."""
     classes = kind(store, "resource.k8s.io", "deviceclasses")
     for name, device_type, extra in (
         (CHANNEL_CLASS, "channel", f" && device.attributes['{DRIVER}'].id == 0"),
@@ -56,7 +57,9 @@ def add_classes(store: ObjectStore) -> None:
                 "metadata": {"name": name},
                 "spec": {
                     "selectors": [{"cel": {"expression": expression}}],
-                    "config": [{"opaque": {"driver": DRIVER, "parameters": {"fromClass": name}}}],
+                    "config": [{"opaque": {"driver": DRIVER, "parameters": {"fromClass": name}}}]
+                    if with_config
+                    else [],
                 },
             },
         )
