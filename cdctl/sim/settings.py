@@ -15,3 +15,4 @@ class ServerSettings:
     history_window: int = 1000  # watch events retained; older resourceVersions get 410 Gone
     bookmark_interval_s: float = 1.0  # how often a watch with allowWatchBookmarks gets a BOOKMARK
     default_watch_timeout_s: float = 1800.0  # when the client sends no timeoutSeconds
+    disconnect_check_s: float = 5.0  # how often an idle watch checks that its client is still connected

@@ -82,16 +82,22 @@ async def serve_watch(
     try:
         for obj in initial:
             await response.write(_line("ADDED", convert(obj, storage, resource_type)))
-        await _pump(response, watcher, store, storage, resource_type, timeout, bookmarks, settings)
+        await _pump(request, response, watcher, store, storage, resource_type, timeout, bookmarks, settings)
         await response.write_eof()
-    except (ConnectionResetError, asyncio.CancelledError):
-        pass
+    except ConnectionResetError:
+        pass  # the client went away
     finally:
         store.hub.release(watcher)
     return response
 
 
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 async def _pump(
+    request: web.Request,
     response: web.StreamResponse,
     watcher: Watcher,
     store: ObjectStore,
@@ -108,10 +114,12 @@ async def _pump(
             if bookmarks:
                 await response.write(_bookmark(resource_type, store.resource_version))
             return
-        wait = min(remaining, settings.bookmark_interval_s) if bookmarks else remaining
+        interval = settings.bookmark_interval_s if bookmarks else settings.disconnect_check_s
         try:
-            event = await asyncio.wait_for(watcher.next(), timeout=wait)
+            event = await asyncio.wait_for(watcher.next(), timeout=min(remaining, interval))
         except TimeoutError:
+            if _client_gone(request):
+                return
             if bookmarks and time.monotonic() < deadline:
                 await response.write(_bookmark(resource_type, store.resource_version))
             continue

@@ -9,6 +9,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client import ApiException
 
 from cdctl.sim.server import ApiServer
+from cdctl.sim.settings import ServerSettings
 from tests.sim.fixtures import pod
 
 
@@ -83,3 +84,22 @@ async def test_restart_keeps_objects_and_port(apiserver: ApiServer, api: client.
     again = await core.read_namespaced_pod("p1", "default")
     assert again.metadata.uid == created.metadata.uid
     assert again.metadata.resource_version == created.metadata.resource_version
+
+
+async def test_a_watch_whose_client_left_is_released() -> None:
+    import aiohttp
+
+    settings = ServerSettings(disconnect_check_s=0.05)
+    async with ApiServer(settings=settings) as server:
+        async with aiohttp.ClientSession() as session:
+            response = await session.get(
+                f"{server.url}/api/v1/namespaces/default/pods", params={"watch": "true"}
+            )
+            assert response.status == 200
+            async with asyncio.timeout(10):
+                while server.store.hub.open_count == 0:  # noqa: ASYNC110 - no "watch opened" event
+                    await asyncio.sleep(0.01)
+            response.close()
+        async with asyncio.timeout(10):
+            while server.store.hub.open_count:  # noqa: ASYNC110 - no "watch released" event
+                await asyncio.sleep(0.01)
