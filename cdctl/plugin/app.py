@@ -110,8 +110,10 @@ def probe_fabric(lib: nvml.DeviceLib, strict: bool) -> nvml.CliqueDiscovery:
 class PluginProcess:
     """Everything the running plugin owns; `run` until `stop` is set."""
 
-    def __init__(self, cfg: PluginConfig) -> None:
+    def __init__(self, cfg: PluginConfig, device_lib: nvml.DeviceLib | None = None) -> None:
+        """`device_lib` replaces the one `cfg` selects (the simulator passes its live fake fabric)."""
         self.cfg = cfg
+        self._device_lib = device_lib
         self.fabric = FabricStatus()
         self.republish = asyncio.Event()
         self.host_managed = cfg.gates.enabled(fg.HOST_MANAGED_IMEX)
@@ -138,7 +140,7 @@ class PluginProcess:
         )
         cfg.plugin_dir.mkdir(parents=True, exist_ok=True)
         cfg.cdi_root.mkdir(parents=True, exist_ok=True)
-        lib = device_lib(cfg)
+        lib = self._device_lib or device_lib(cfg)
         strict = cfg.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
         found = await asyncio.to_thread(probe_fabric, lib, strict)
         self.fabric.clique_id, self.fabric.pending = found.clique_id, found.pending
