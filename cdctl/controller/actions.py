@@ -4,12 +4,15 @@ Every write first records `DomainActionIntended` (durable before the call), then
 `DomainActionSucceeded` or `DomainActionFailed`, and feeds the object the API returned back through the
 journal so the view reflects the write at once. API errors are mapped to the typed errors the work queue
 understands: conflicts and server or transport failures are retriable, invalid or forbidden requests are
-permanent. Used by every reconciler module of this package.
+permanent. Each outcome is logged too (inside the reconcile, so the line names the domain). Used by every
+reconciler module of this package.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import structlog
 
 from cdctl.controller.journal import Journal
 from cdctl.domain.computedomains import DomainActionFailed, DomainActionIntended, DomainActionSucceeded
@@ -20,6 +23,7 @@ from cdctl.k8s.kube_events import EventRecorder
 from cdctl.k8s.resources import ResourceType
 from cdctl.k8s.rest import KubeApi
 
+log = structlog.get_logger(__name__)
 JsonObject = dict[str, Any]
 
 
@@ -41,6 +45,9 @@ class Actions:
     async def _succeeded(
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
     ) -> None:
+        log.info(
+            action, kind=resource.kind, object=f"{namespace}/{name}" if namespace else name, detail=detail
+        )
         await self.journal.record(
             uid, [DomainActionSucceeded(uid, action, resource.kind, namespace, name, detail)]
         )
@@ -48,6 +55,8 @@ class Actions:
     async def _failed(
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, exc: KubeApiError
     ) -> None:
+        target = f"{namespace}/{name}" if namespace else name
+        log.warning(f"{action} failed", kind=resource.kind, object=target, error=str(exc))
         await self.journal.record(
             uid, [DomainActionFailed(uid, action, resource.kind, namespace, name, str(exc), exc.retriable)]
         )
