@@ -2,8 +2,9 @@
 
 `ensure` reuses a DaemonSet the domain already has in any managed namespace, else creates the daemon template
 and then the DaemonSet `computedomain-daemon-<uid>` in the driver namespace (a fixed name, so only one create
-can win). Teardown deletes the template before the DaemonSet in every namespace, then, once the rest of the
-domain is gone, removes their finalizers. Called by cdctl.controller.computedomain.
+can win); a DaemonSet someone deleted while the domain lives is released and recreated. Teardown deletes
+the template before the DaemonSet in every namespace, then, once the rest of the domain is gone, removes
+their finalizers. Called by cdctl.controller.computedomain.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from cdctl.controller.observations import KIND_DAEMON_SET
 from cdctl.controller.resourceclaimtemplate import ClaimTemplates
 from cdctl.controller.view import DomainState
 from cdctl.domain.computedomains import FINALIZER, TARGET_DAEMON
+from cdctl.domain.errors import RetriableError
 from cdctl.k8s.resources import DAEMON_SETS
 
 JsonObject = dict[str, Any]
@@ -28,6 +30,14 @@ class DaemonSets:
 
     async def ensure(self, state: DomainState, cd: JsonObject) -> None:
         existing = state.of_kind(KIND_DAEMON_SET)
+        terminating = [ds for ds in existing if ds.summary.get("deleting")]
+        for ds in terminating:  # someone deleted it while the domain lives: let it go, then recreate it
+            if FINALIZER in ds.summary.get("finalizers", []):
+                await self.ctx.actions.set_finalizer(
+                    state.uid, DAEMON_SETS, ds.namespace, ds.name, FINALIZER, False
+                )
+        if terminating:
+            raise RetriableError("the deleted daemon DaemonSet is still terminating", delay=1.0)
         namespace = existing[0].namespace if existing else self.ctx.settings.namespace
         await self.templates.ensure_daemon(state, cd, namespace)
         if not existing:

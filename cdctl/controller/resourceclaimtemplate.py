@@ -35,7 +35,27 @@ class ClaimTemplates:
     def of_target(self, state: DomainState, target: str) -> list[Observed]:
         return [t for t in state.of_kind(KIND_CLAIM_TEMPLATE) if t.summary.get("target") == target]
 
+    async def release_deleted(self, state: DomainState, target: str, namespace: str | None = None) -> bool:
+        """For a live domain: let go of templates someone deleted, so they can be recreated.
+
+        True when one was still terminating (the caller waits for it to disappear before recreating it).
+        """
+        waiting = False
+        for template in self.of_target(state, target):
+            if not template.summary.get("deleting") or (
+                namespace is not None and template.namespace != namespace
+            ):
+                continue
+            waiting = True
+            if FINALIZER in template.summary.get("finalizers", []):
+                await self.ctx.actions.set_finalizer(
+                    state.uid, self.ctx.claim_templates, template.namespace, template.name, FINALIZER, False
+                )
+        return waiting
+
     async def ensure_workload(self, state: DomainState, cd: JsonObject) -> None:
+        if await self.release_deleted(state, TARGET_WORKLOAD):
+            raise RetriableError("the deleted workload ResourceClaimTemplate is still terminating", delay=1.0)
         if self.of_target(state, TARGET_WORKLOAD):
             return
         desired = render.workload_claim_template(cd, self.ctx.resource_version)
@@ -58,6 +78,8 @@ class ClaimTemplates:
         raise ClaimTemplateConflict(message, delay=CONFLICT_RETRY_S)
 
     async def ensure_daemon(self, state: DomainState, cd: JsonObject, namespace: str) -> None:
+        if await self.release_deleted(state, TARGET_DAEMON, namespace):
+            raise RetriableError("the deleted daemon ResourceClaimTemplate is still terminating", delay=1.0)
         if any(t.namespace == namespace for t in self.of_target(state, TARGET_DAEMON)):
             return
         desired = render.daemon_claim_template(cd, namespace, self.ctx.resource_version)

@@ -133,3 +133,34 @@ async def test_delete_tears_down_in_order_even_with_a_running_workload(tmp_path:
         assert cluster.list("resource.nvidia.com", "computedomaincliques") == []
         node = cluster.get("", "nodes", "", "node-a")
         assert "resource.nvidia.com/computeDomain" not in (node["metadata"].get("labels") or {})
+
+
+async def test_objects_deleted_under_a_live_domain_are_recreated(tmp_path: Path) -> None:
+    async with Cluster(tmp_path) as cluster:
+        await cluster.start_controller()
+        uid = cluster.create_domain("cd1")["metadata"]["uid"]
+        name = f"computedomain-daemon-{uid}"
+        first_ds = await eventually(lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, name))
+        first_rct = await eventually(
+            lambda: cluster.get("resource.k8s.io", "resourceclaimtemplates", USER_NAMESPACE, "cd1-channel")
+        )
+        cluster.server.store.delete(cluster.type_of("apps", "daemonsets"), DRIVER_NAMESPACE, name)
+        cluster.server.store.delete(
+            cluster.type_of("resource.k8s.io", "resourceclaimtemplates"), USER_NAMESPACE, "cd1-channel"
+        )
+        ds = await eventually(
+            lambda: (
+                (d := cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, name))
+                and d["metadata"]["uid"] != first_ds["metadata"]["uid"]
+                and d
+            )
+        )
+        rct = await eventually(
+            lambda: (
+                (r := cluster.get("resource.k8s.io", "resourceclaimtemplates", USER_NAMESPACE, "cd1-channel"))
+                and r["metadata"]["uid"] != first_rct["metadata"]["uid"]
+                and r
+            )
+        )
+        assert not ds["metadata"].get("deletionTimestamp") and not rct["metadata"].get("deletionTimestamp")
+        assert ds["metadata"]["finalizers"] == [FINALIZER]
