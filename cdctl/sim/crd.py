@@ -1,8 +1,9 @@
 """CustomResourceDefinitions: serving their resources, schema defaults, validation and CEL validation rules.
 
-The object store (cdctl.sim.store) calls `resource_types_for` when a CRD is written, `accepted_status` to fill
-its status, and `admit_custom_object` on every create/update of a custom object. Defaults come from the
-openAPIV3Schema `default` keywords; structural validation uses jsonschema (types, required, enum, bounds);
+The object store (cdctl.sim.store) calls `resource_types_for` when a CRD is written, `accepted_status` to
+fill its status, and `admit_custom_object` on every create/update of a custom object. Unknown fields are
+pruned (unless `x-kubernetes-preserve-unknown-fields`), defaults come from the openAPIV3Schema `default`
+keywords, structural validation uses jsonschema (types, required, enum, bounds), and
 `x-kubernetes-validations` rules are evaluated with CEL, transition rules (those using `oldSelf`) on update
 only, which is how the immutable-spec rule `self == oldSelf` behaves on a real API server.
 """
@@ -93,6 +94,31 @@ def accepted_status(crd: dict[str, Any], now: str) -> dict[str, Any]:
     }
 
 
+_ROOT_FIELDS = ("apiVersion", "kind", "metadata")
+
+
+def prune(value: Any, schema: dict[str, Any] | None, *, root: bool = False) -> Any:
+    """Drop fields the structural schema does not specify, as the API server does for custom objects."""
+    if not schema:
+        return value
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields")) or additional is True
+        for key in list(value):
+            if root and key in _ROOT_FIELDS:
+                continue
+            if key in properties:
+                value[key] = prune(value[key], properties[key])
+            elif isinstance(additional, dict):
+                value[key] = prune(value[key], additional)
+            elif not keep_unknown:
+                del value[key]
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [prune(item, schema["items"]) for item in value]
+    return value
+
+
 def apply_defaults(value: Any, schema: dict[str, Any] | None) -> Any:
     """Fill `default`s of absent properties, recursing into present and defaulted values."""
     if not schema:
@@ -178,7 +204,7 @@ def admit_custom_object(
     schema = resource_type.schema
     if not schema:
         return new
-    new = apply_defaults(new, schema)
+    new = apply_defaults(prune(new, schema, root=True), schema)
     name = (new.get("metadata") or {}).get("name", "")
     qualified = f"{resource_type.kind}.{resource_type.group}"
     failures = []

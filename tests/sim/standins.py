@@ -41,7 +41,7 @@ def add_slice(store: ObjectStore, node: str, driver: str = DRIVER) -> dict[str, 
 
 
 def add_classes(store: ObjectStore, *, with_config: bool = True) -> None:
-    """NVIDIA's two DeviceClasses; `with_config` adds an opaque class config to check it reaches allocations."""
+    """NVIDIA's two DeviceClasses; `with_config` adds an opaque class config (to see it reach allocations)."""
     classes = kind(store, "resource.k8s.io", "deviceclasses")
     for name, device_type, extra in (
         (CHANNEL_CLASS, "channel", f" && device.attributes['{DRIVER}'].id == 0"),

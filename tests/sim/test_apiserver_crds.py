@@ -106,3 +106,22 @@ async def test_custom_object_status_write_with_finalizer_lifecycle(
     with pytest.raises(ApiException) as caught:
         await custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "cd1")
     assert caught.value.status == 404
+
+
+async def test_unknown_fields_are_pruned(api: client.ApiClient, custom: client.CustomObjectsApi) -> None:
+    await client.ApiextensionsV1Api(api).create_custom_resource_definition(compute_domain_crd())
+    body = compute_domain("cd1")
+    body["spec"]["channel"]["typo"] = "dropped"
+    body["extra"] = {"also": "dropped"}
+    created = await custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, body)
+    assert "typo" not in created["spec"]["channel"] and "extra" not in created
+    status = await custom.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        "cd1",
+        {"status": {"status": "Ready", "readyNodes": 3}},
+        _content_type=MERGE,
+    )
+    assert status["status"] == {"status": "Ready"}
