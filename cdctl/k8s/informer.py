@@ -160,14 +160,19 @@ class Informer:
                     yield observation
                 resource_version = str(listing.get("metadata", {}).get("resourceVersion", ""))
                 yield Synced(self.resource, resource_version)
+            received = False
             try:
                 async for item in self._watch(path, resource_version):
+                    received = True
                     if isinstance(item, str):
                         resource_version = item
                     else:
                         resource_version = item.resource_version or resource_version
                         yield item
-                self._failures = 0
+                if received:
+                    self._failures = 0
+                else:  # a server that ends every watch at once must not make this a busy loop
+                    await self._back_off("watch ended without events", TimeoutError("empty watch"))
             except GoneError:
                 log.info("watch expired; re-listing", resource=self.resource.plural)
                 resource_version = None

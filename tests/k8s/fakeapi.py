@@ -28,6 +28,7 @@ class FakeCollection:
         self.watch_requests: list[dict[str, str]] = []
         self.list_requests = 0
         self.failing_lists = 0
+        self.end_watches_at_once = False
         self._changed = asyncio.Condition()
         self._responses: set[web.StreamResponse] = set()
 
@@ -96,6 +97,8 @@ class FakeCollection:
                 return response
             if self.stall_watches:
                 await asyncio.sleep(3600)
+            if self.end_watches_at_once:
+                return response
             sent = [since]
             while True:
                 for rv, kind, obj in self.history:

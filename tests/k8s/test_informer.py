@@ -166,3 +166,16 @@ def test_staleness_compares_numeric_versions_and_equal_opaque_ones() -> None:
     assert not is_stale("5", "7")
     assert is_stale("abc", "abc")
     assert not is_stale("abc", "abd")
+
+
+async def test_watches_that_end_at_once_are_retried_with_growing_backoff(
+    collection: tuple[FakeCollection, KubeApi],
+) -> None:
+    fake, api = collection
+    fake.end_watches_at_once = True
+    observed = informer(api)
+    recorder = Recorder(observed)
+    await fake.open_watches(4)
+    await recorder.stop()
+    assert observed._failures >= 3  # the backoff exponent
+    assert fake.list_requests == 1  # an empty but clean watch end is no reason to re-list
