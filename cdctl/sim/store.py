@@ -18,7 +18,7 @@ from typing import Any
 from cdctl.sim import admission
 from cdctl.sim import crd as crds
 from cdctl.sim import objectmeta as meta
-from cdctl.sim.errors import AlreadyExists, BadRequest, Conflict, Forbidden, NotFound, not_found
+from cdctl.sim.errors import AlreadyExists, BadRequest, Conflict, Forbidden, Invalid, NotFound, not_found
 from cdctl.sim.patch import APPLY_PATCH, apply_patch
 from cdctl.sim.resources import ResourceRegistry, ResourceType, builtin_registry
 from cdctl.sim.watch import StoredEvent, Watcher, WatchHub
@@ -226,6 +226,15 @@ class ObjectStore:
                     new["status"] = copy.deepcopy(old["status"])
         meta.carry_system_fields(new, old)
         new["apiVersion"], new["kind"] = resource_type.api_version, resource_type.kind
+        if old["metadata"].get("deletionTimestamp"):
+            added = set(new["metadata"].get("finalizers") or []) - set(
+                old["metadata"].get("finalizers") or []
+            )
+            if added:
+                raise Invalid(
+                    f'{resource_type.kind} "{name}" is invalid: metadata.finalizers: Forbidden: '
+                    "no new finalizers can be added if the object is being deleted"
+                )
         new = admission.admit(self.registry, resource_type, new, old)
         if new == old:
             return copy.deepcopy(old)

@@ -108,3 +108,19 @@ async def test_delete_precondition_on_uid_is_409(api: client.ApiClient) -> None:
         await core.delete_namespaced_pod("p1", "default", body={"preconditions": {"uid": "not-the-uid"}})
     assert caught.value.status == 409
     assert await _exists(core, "p1")
+
+
+async def test_no_new_finalizers_on_an_object_being_deleted(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    body = pod("p1")
+    body["metadata"]["finalizers"] = ["example.com/a"]
+    await core.create_namespaced_pod("default", body)
+    await core.delete_namespaced_pod("p1", "default")
+    with pytest.raises(ApiException) as caught:
+        await core.patch_namespaced_pod(
+            "p1",
+            "default",
+            {"metadata": {"finalizers": ["example.com/a", "example.com/b"]}},
+            _content_type=MERGE,
+        )
+    assert caught.value.status == 422
