@@ -14,8 +14,6 @@ import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import structlog
-
 from cdctl.controller.observations import domain_uid_of, to_event
 from cdctl.controller.view import DomainView
 from cdctl.domain.computedomains import domain_stream
@@ -24,7 +22,6 @@ from cdctl.k8s.informer import Change, Observation, is_stale
 from cdctl.k8s.resources import ResourceType
 from cdctl.store.base import EventStore, StreamAppend
 
-log = structlog.get_logger(__name__)
 JsonObject = dict[str, Any]
 CacheKey = tuple[str, str, str]  # plural, namespace, name
 
