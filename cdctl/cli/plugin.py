@@ -13,7 +13,9 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import click
 import structlog
@@ -38,6 +40,16 @@ def _configure_logging(fmt: str, verbosity: int) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
     )
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """uvloop when the "fast" extra is installed, else the default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 async def _serve(cfg: PluginConfig) -> None:
@@ -220,7 +232,7 @@ def kubelet_plugin(
             resource_api_version=resource_api_version,
             fabric_reprobe_s=fabric_reprobe_interval,
         )
-        asyncio.run(_serve(cfg))
+        _run(_serve(cfg))
     except CdctlError as exc:
         click.echo(f"cdctl kubelet-plugin: {exc}", err=True)
         sys.exit(exc.exit_code)

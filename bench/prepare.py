@@ -1,0 +1,213 @@
+"""Prepare/Unprepare latency of the kubelet plugin through its unix socket (p50/p99 over N claims).
+
+Runs the real plugin pieces (gRPC server, prepare path, SQLite event log, CDI writer, Kubernetes adapter)
+against the simulated API server on loopback, with the readiness condition already met (the domain's clique
+lists this node's daemon as Ready). Each claim is prepared and then unprepared, one after the other (a node
+has one channel-0). Runs twice: event log on tmpfs (/dev/shm) and on disk. Prints the figures and writes
+bench/results/prepare.json.
+
+    .venv/bin/python bench/prepare.py [--claims 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+from grpclib.client import Channel
+
+from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
+from cdctl.k8s.plugincluster import KubeClusterPort, connect, disconnect
+from cdctl.k8s.rest import KubeApi
+from cdctl.plugin.checkpoint import ClaimBook
+from cdctl.plugin.driver import Driver
+from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
+from cdctl.plugin.server import PluginServers, ServerPaths
+from cdctl.sim.chart import crds
+from cdctl.sim.server import ApiServer
+from cdctl.store import SqliteEventStore
+
+NODE = "bench-node"
+NS = "default"
+CLIQUE = "6a130f54-faaa-4b8f-847f-be44ab70f917.32766"
+DRIVER = "compute-domain.nvidia.com"
+PROC_DEVICES = "Character devices:\n234 nvidia-caps-imex-channels\n235 nvidia-caps\n\nBlock devices:\n"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+async def seed(api: KubeApi, claims: int) -> str:
+    for crd in crds():
+        await api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    await api.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    cd = await api.create(
+        f"/apis/resource.nvidia.com/v1beta1/namespaces/{NS}/computedomains",
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomain",
+            "metadata": {"name": "bench"},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "bench-channel"}}},
+        },
+    )
+    uid = str(cd["metadata"]["uid"])
+    await api.create(
+        f"/apis/resource.nvidia.com/v1beta1/namespaces/{NS}/computedomaincliques",
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomainClique",
+            "metadata": {"name": f"{uid}.{CLIQUE}"},
+            "daemons": [
+                {"nodeName": NODE, "ipAddress": "10.0.0.1", "cliqueID": CLIQUE, "index": 0, "status": "Ready"}
+            ],
+        },
+    )
+    params = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomainChannelConfig",
+        "domainID": uid,
+    }
+    for i in range(claims):
+        path = f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims"
+        claim = await api.create(
+            path,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": f"c{i}"},
+                "spec": {"devices": {"requests": [{"name": "channel", "exactly": {"deviceClassName": "x"}}]}},
+            },
+        )
+        claim["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "channel", "driver": DRIVER, "pool": NODE, "device": "channel-0"}
+                    ],
+                    "config": [
+                        {
+                            "source": "FromClaim",
+                            "requests": ["channel"],
+                            "opaque": {"driver": DRIVER, "parameters": params},
+                        }
+                    ],
+                }
+            }
+        }
+        await api.replace(f"{path}/c{i}/status", claim)
+    return uid
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def run(log_dir: Path, claims: int) -> dict[str, Any]:
+    base = Path(tempfile.mkdtemp(prefix="cdb", dir="/tmp"))
+    try:
+        (base / "devices").write_text(PROC_DEVICES)
+        async with ApiServer() as server:
+            api = await connect(str(server.write_kubeconfig(base / "kubeconfig")), 0, 0)
+            store = None
+            servers = None
+            cluster = None
+            try:
+                await seed(api, claims)
+                node_uid = (await api.get(f"/api/v1/nodes/{NODE}"))["metadata"]["uid"]
+                cluster = KubeClusterPort(
+                    api, resource_version="v1", driver_namespace=NS, node_uid=node_uid, use_cliques=True
+                )
+                store = await SqliteEventStore.open(log_dir / "events.db")
+                book = await ClaimBook.load(store, NODE)
+                settings = PrepareSettings(
+                    node=NODE,
+                    plugin_dir=base / "plugins" / DRIVER,
+                    cdi_root=log_dir / "cdi",
+                    proc_devices=str(base / "devices"),
+                )
+                state = DeviceState(settings, book, cluster, FabricStatus(clique_id=CLIQUE))
+                paths = ServerPaths(base / "registry", settings.plugin_dir)
+                servers = PluginServers(paths, Driver(state, cluster), lambda: None)
+                await servers.start()
+                channel = Channel(path=str(paths.dra))
+                stub = v1.DraPluginStub(channel)
+                prep: list[float] = []
+                unprep: list[float] = []
+                try:
+                    for i in range(claims):
+                        ref = v1.Claim(namespace=NS, name=f"c{i}", uid=await _uid(api, i))
+                        t0 = time.perf_counter()
+                        resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
+                        t1 = time.perf_counter()
+                        assert resp.claims[ref.uid].error == "", resp.claims[ref.uid].error
+                        uresp = await stub.node_unprepare_resources(
+                            v1.NodeUnprepareResourcesRequest(claims=[ref])
+                        )
+                        t2 = time.perf_counter()
+                        assert uresp.claims[ref.uid].error == ""
+                        prep.append((t1 - t0) * 1000)
+                        unprep.append((t2 - t1) * 1000)
+                finally:
+                    channel.close()
+            finally:
+                if servers is not None:
+                    await servers.close()
+                if store is not None:
+                    await store.close()
+                await disconnect(api)
+        return {
+            "claims": claims,
+            "prepare_ms": {"p50": pct(prep, 0.5), "p99": pct(prep, 0.99), "mean": statistics.fmean(prep)},
+            "unprepare_ms": {
+                "p50": pct(unprep, 0.5),
+                "p99": pct(unprep, 0.99),
+                "mean": statistics.fmean(unprep),
+            },
+        }
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def _uid(api: KubeApi, i: int) -> str:
+    obj = await api.get(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/c{i}")
+    return str(obj["metadata"]["uid"])
+
+
+async def main(claims: int) -> None:
+    report: dict[str, Any] = {"machine": platform.platform(), "python": platform.python_version()}
+    for label, parent in (("tmpfs", Path("/dev/shm")), ("disk", Path("/var/tmp"))):
+        log_dir = Path(tempfile.mkdtemp(prefix="cdctl-bench-", dir=parent))
+        try:
+            report[label] = await run(log_dir, claims)
+        finally:
+            shutil.rmtree(log_dir, ignore_errors=True)
+        r = report[label]
+        print(
+            f"{label:5}  prepare p50 {r['prepare_ms']['p50']:.2f} ms  p99 {r['prepare_ms']['p99']:.2f} ms   "
+            f"unprepare p50 {r['unprepare_ms']['p50']:.2f} ms  p99 {r['unprepare_ms']['p99']:.2f} ms  "
+            f"({claims} claims)"
+        )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "prepare.json").write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--claims", type=int, default=1000)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    args = parser.parse_args()
+    try:
+        import uvloop  # the plugin runs on it when installed (extra "fast")
+
+        uvloop.run(main(args.claims))
+    except ImportError:
+        asyncio.run(main(args.claims))
