@@ -28,6 +28,7 @@ from grpclib.client import Channel
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1 as dra_v1
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1beta1 as dra_v1beta1
 from cdctl.sim.allocator import claim_names
+from cdctl.sim.cdiresolver import UnresolvableDevice
 from cdctl.sim.errors import ApiError, NotFound
 from cdctl.sim.objectmeta import now_rfc3339
 from cdctl.sim.pluginwatcher import PluginWatcher, RegisteredPlugin
@@ -253,10 +254,39 @@ class SimKubelet:
             self._retry_at[uid] = time.monotonic() + delay
             return
         self._forget_failures(uid)
+        pod = self._assign_address(pod)
         running = RunningPod(pod, cdi_devices)
         self.running[uid] = running
-        await self.runtime.start(pod, cdi_devices)
+        try:
+            await self.runtime.start(pod, cdi_devices)
+        except (OSError, ValueError, UnresolvableDevice) as error:
+            # The container cannot start; the pod stays not Ready, as with a failing container.
+            self.last_errors[uid] = f"starting the pod: {error}"
         await self._refresh_readiness(running, pod, first=True)
+
+    def _assign_address(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """Give the pod its IP before its containers start (the sandbox comes first), so env can use it."""
+        pods = self.store.type_of(*PODS)
+        latest = self.store.get(pods, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        status = dict(latest.get("status") or {})
+        if status.get("podIP"):
+            return latest
+        address = f"{self.pod_ip_prefix}{self._next_ip}"
+        self._next_ip += 1
+        status.update(
+            podIP=address,
+            podIPs=[{"ip": address}],
+            hostIP=self.node_ip,
+            hostIPs=[{"ip": self.node_ip}],
+            startTime=now_rfc3339(),
+        )
+        return self.store.update(
+            pods,
+            latest["metadata"]["namespace"],
+            latest["metadata"]["name"],
+            {**latest, "status": status},
+            subresource="status",
+        )
 
     def _forget_failures(self, uid: str) -> None:
         self.last_errors.pop(uid, None)
@@ -354,9 +384,9 @@ class SimKubelet:
         if not first and ready == running.ready:
             return
         running.ready = ready
-        self._write_status(pod, ready, first)
+        self._write_status(pod, ready)
 
-    def _write_status(self, pod: dict[str, Any], ready: bool, first: bool) -> None:
+    def _write_status(self, pod: dict[str, Any], ready: bool) -> None:
         pods = self.store.type_of(*PODS)
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
@@ -365,16 +395,6 @@ class SimKubelet:
             return
         status = dict(latest.get("status") or {})
         now = now_rfc3339()
-        if first or not status.get("podIP"):
-            address = f"{self.pod_ip_prefix}{self._next_ip}"
-            self._next_ip += 1
-            status.update(
-                podIP=address,
-                podIPs=[{"ip": address}],
-                hostIP=self.node_ip,
-                hostIPs=[{"ip": self.node_ip}],
-                startTime=now,
-            )
         flag = "True" if ready else "False"
         status["phase"] = "Running"
         status["conditions"] = [
