@@ -9,4 +9,7 @@ Entry points:
 - `topology`: fake NVLink cliques and fabric states; `NodeDeviceLib` implements the plugin's DeviceLib and
   `FakeNode.fake_nvml_spec()` gives the plugin's `--fake-nvml` value.
 - `fakeimex`: fake `nvidia-imex` / `nvidia-imex-ctl`; `install_executables(bin_dir)` puts them on a PATH.
+- `fakedriver`: a node's fake `/proc` driver files (device majors, fabric-imex-mgmt capability, boot ID).
+- `processruntime.ProcessRuntime`: runs selected pods' containers as local processes (CDI env, probes),
+  for `SimCluster(runtime=...)`.
 """
