@@ -16,7 +16,6 @@ CREATE TABLE events (
     UNIQUE (stream, version)
 );
 CREATE INDEX events_by_recorded_at ON events (recorded_at);
-CREATE INDEX events_by_type ON events (type);
 
 CREATE TRIGGER events_are_never_updated BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'events are append-only: UPDATE refused'); END;

@@ -134,6 +134,8 @@ class RecordedEvent:
     metadata: JSONDict
     recorded_at: datetime
     hash: str
+    data_json: str = field(default="", compare=False, repr=False)
+    """The stored JSON text of `data` when read from a log (empty once upcasting changed the data)."""
 
     def to_json(self) -> JSONDict:
         return {
@@ -162,7 +164,7 @@ def upcast(event: RecordedEvent) -> RecordedEvent:
                 f"event {event.position}", "schema_version", f"no upcaster for {event.type} v{version}"
             )
         data, version = step(dict(data)), version + 1
-    return dataclasses.replace(event, data=data, schema_version=version)
+    return dataclasses.replace(event, data=data, schema_version=version, data_json="")
 
 
 def decode(event: RecordedEvent) -> DomainEvent:

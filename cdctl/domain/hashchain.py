@@ -26,7 +26,7 @@ def canonical_bytes(
     recorded_at: str,
 ) -> bytes:
     # data and metadata enter as the exact stored JSON text, so verification never depends on re-serialising.
-    head = json.dumps([position, stream, version, type_, schema_version, recorded_at], separators=(",", ":"))
+    head = _HEAD_ENCODER.encode([position, stream, version, type_, schema_version, recorded_at])
     return "\n".join((head, data_json, metadata_json)).encode()
 
 
@@ -34,6 +34,11 @@ def chain(previous_hash: str, payload: bytes) -> str:
     return hashlib.sha256(previous_hash.encode() + payload).hexdigest()
 
 
+# Built once: json.dumps with non-default options constructs a new encoder on every call.
+_HEAD_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
 def dumps(value: Any) -> str:
     """The one JSON encoding used for stored data and metadata: compact, sorted keys, UTF-8 kept."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return _ENCODER.encode(value)

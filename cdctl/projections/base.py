@@ -9,9 +9,8 @@ persisted but not retained (the table is their home), and private indexes are re
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from cdctl.domain.events import RecordedEvent
 
@@ -20,9 +19,8 @@ Row = dict[str, Any]
 View = Mapping[Key, Row]
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """Set `key` to `row` (None deletes it)."""
+class Change(NamedTuple):
+    """Set `key` to `row` (None deletes it). A NamedTuple: folds build millions of these on replay."""
 
     key: Key
     row: Row | None
@@ -37,6 +35,15 @@ class Projection(abc.ABC):
     table: str
     columns: tuple[str, ...]
     key_columns: tuple[str, ...]
+    handles: frozenset[str] | None = None
+    """The event types `fold` reacts to (None: it looks at every event); lets replay skip the rest cheaply."""
+    stream_prefix: str | None = None
+    """Only events of streams starting with this are folded (None: every stream)."""
+
+    def wants(self, event: RecordedEvent) -> bool:
+        if self.handles is not None and event.type not in self.handles:
+            return False
+        return self.stream_prefix is None or event.stream.startswith(self.stream_prefix)
 
     @abc.abstractmethod
     def fold(self, view: View, event: RecordedEvent) -> list[Change]:
@@ -44,3 +51,21 @@ class Projection(abc.ABC):
 
     def row_key(self, row: Row) -> Key:
         return tuple(row[c] for c in self.key_columns)
+
+
+class Router:
+    """Which projections an event concerns, decided once per event type (replay folds millions of events)."""
+
+    def __init__(self, projections: Sequence[Projection]) -> None:
+        self.projections = list(projections)
+        self._by_type: dict[str, tuple[list[Projection], bool]] = {}
+
+    def route(self, event: RecordedEvent) -> list[Projection]:
+        entry = self._by_type.get(event.type)
+        if entry is None:
+            candidates = [p for p in self.projections if p.handles is None or event.type in p.handles]
+            entry = self._by_type[event.type] = (candidates, any(p.stream_prefix for p in candidates))
+        candidates, by_stream = entry
+        if not by_stream:
+            return candidates
+        return [p for p in candidates if p.stream_prefix is None or event.stream.startswith(p.stream_prefix)]

@@ -47,6 +47,7 @@ class ClaimLifecycle(Projection):
         "requested_at", "prepared_at", "unprepared_at", "outcome", "last_error", "position",
     )  # fmt: skip
     key_columns = ("claim_uid",)
+    handles = frozenset(_OUTCOME)
 
     def fold(self, view: View, event: RecordedEvent) -> list[Change]:
         uid = _claim_uid(event)
@@ -80,6 +81,9 @@ class ChannelAllocations(Projection):
     name = table = "channel_allocations"
     columns = ("node", "channel", "claim_uid", "domain_uid", "allocated_at", "released_at", "position")
     key_columns = ("node", "channel", "claim_uid")
+    handles = frozenset(
+        {ChannelAllocated.TYPE, ChannelReleased.TYPE, ClaimUnprepared.TYPE, ClaimInvalidated.TYPE}
+    )
 
     def fold(self, view: View, event: RecordedEvent) -> list[Change]:
         data, at = event.data, format_time(event.recorded_at)
@@ -120,6 +124,7 @@ class CheckpointTransitions(Projection):
     name = table = "checkpoint_transitions"
     columns = ("position", "claim_uid", "from_state", "to_state", "at", "reason")
     key_columns = ("position",)
+    handles = frozenset(TARGET_STATE)
 
     def fold(self, view: View, event: RecordedEvent) -> list[Change]:
         target = TARGET_STATE.get(event.type)
@@ -143,17 +148,20 @@ class DomainHistory(Projection):
     name = table = "domain_history"
     columns = ("position", "domain_uid", "namespace", "name", "type", "at", "detail")
     key_columns = ("position",)
+    stream_prefix = "domain/"
 
     def fold(self, view: View, event: RecordedEvent) -> list[Change]:
-        if not event.stream.startswith("domain/"):
+        stream = event.stream
+        if not stream.startswith("domain/"):
             return []
         data = event.data
         row = {
-            "position": event.position, "domain_uid": event.stream.removeprefix("domain/"),
-            "namespace": str(data.get("namespace", "")), "name": str(data.get("name", "")),
-            "type": event.type, "at": format_time(event.recorded_at), "detail": hashchain.dumps(data),
+            "position": event.position, "domain_uid": stream[7:],
+            "namespace": data.get("namespace") or "", "name": data.get("name") or "",
+            "type": event.type, "at": format_time(event.recorded_at),
+            "detail": event.data_json or hashchain.dumps(data),
         }  # fmt: skip
-        return [Change((event.position,), row, retain=False)]
+        return [Change((event.position,), row, True, False)]
 
 
 def lifecycle_projections() -> list[Projection]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from cdctl.domain import hashchain
 from cdctl.domain.events import RecordedEvent
-from cdctl.projections.base import Key, Projection, Row
+from cdctl.projections.base import Key, Projection, Router, Row
 from cdctl.projections.sinks import ViewSink
 from cdctl.store.base import EventStore
 from cdctl.store.sqlite import SqliteEventStore
@@ -31,23 +31,28 @@ class Rebuild:
         self.views: dict[str, dict[Key, Row]] = {p.name: {} for p in self.projections}
         self.tables: dict[str, dict[Key, Row]] = {p.name: {} for p in self.projections}
         self.position = 0
+        self.router = Router(self.projections)
 
     def feed(self, events: Iterable[RecordedEvent], upto: dict[str, int] | None = None) -> None:
+        route, views, tables = self.router.route, self.views, self.tables
         for event in events:
-            for projection in self.projections:
+            for projection in route(event):
                 if upto is not None and event.position > upto.get(projection.name, 0):
                     continue
-                view, table = self.views[projection.name], self.tables[projection.name]
-                for change in projection.fold(view, event):
-                    if change.retain and change.row is not None:
-                        view[change.key] = change.row
-                    elif change.key in view:
-                        del view[change.key]
-                    if change.persist:
-                        if change.row is None:
-                            table.pop(change.key, None)
+                view, table = views[projection.name], tables[projection.name]
+                for key, row, persist, retain in projection.fold(view, event):
+                    if retain:
+                        if row is None:
+                            view.pop(key, None)
                         else:
-                            table[change.key] = change.row
+                            view[key] = row
+                    elif key in view:
+                        del view[key]
+                    if persist:
+                        if row is None:
+                            table.pop(key, None)
+                        else:
+                            table[key] = row
             self.position = event.position
 
 

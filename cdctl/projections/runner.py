@@ -52,6 +52,8 @@ class Overlay(Mapping[Key, Row]):
 def fold_into(projection: Projection, view: dict[Key, Row], events: Sequence[RecordedEvent]) -> None:
     """Fold events into a view in place (replay and resume: nothing is persisted)."""
     for event in events:
+        if not projection.wants(event):
+            continue
         for change in projection.fold(view, event):
             if change.retain and change.row is not None:
                 view[change.key] = change.row
@@ -127,7 +129,7 @@ class ProjectionRunner:
             overlay = overlays[name] = Overlay(self.views[name])
             last: dict[Key, Change] = {}
             for event in events:
-                if event.position <= start:
+                if event.position <= start or not projection.wants(event):
                     continue
                 for change in projection.fold(overlay, event):
                     overlay.apply(change)

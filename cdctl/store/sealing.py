@@ -6,6 +6,7 @@ passed in; the caller supplies what it knows of stream versions and recorded obs
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,8 +50,12 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@functools.lru_cache(maxsize=4096)
 def format_time(moment: datetime) -> str:
-    """Stored timestamps: UTC, microseconds, one fixed width, so text order is time order."""
+    """Stored timestamps: UTC, microseconds, one fixed width, so text order is time order.
+
+    Cached: the events of one commit share their instant, and folds format it once per projection.
+    """
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 

@@ -8,6 +8,7 @@ log once at start; the CLI opens files read-only with `open(path, read_only=True
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from cdctl.domain.errors import StoreError
 from cdctl.domain.events import RecordedEvent, upcast
 from cdctl.store import schema
 from cdctl.store.base import EventStore, HeadNotifier, StreamAppend
+from cdctl.store.driver import driver_of, fetchall
 from cdctl.store.sealing import format_time
 from cdctl.store.writer import WriteFn, Writer, locked_or_failed
 
@@ -50,6 +52,7 @@ def row_to_event(row: Sequence[Any]) -> RecordedEvent:
             json.loads(metadata),
             datetime.fromisoformat(recorded_at),
             str(hash_),
+            data,
         )
     )
 
@@ -87,6 +90,7 @@ class SqliteEventStore(EventStore):
         self._writer: Writer | None = None
         self._read_engine = _engine(path, read_only=True) if read_only else None
         self._reader: AsyncConnection | None = None
+        self._read_driver: Any = None
 
     @classmethod
     async def open(
@@ -122,6 +126,7 @@ class SqliteEventStore(EventStore):
             self._read_engine = _engine(self.path, read_only=True)
         assert self._read_engine is not None
         self._reader = await self._read_engine.connect()
+        self._read_driver = await driver_of(self._reader)
         version = (await self._reader.exec_driver_sql("PRAGMA user_version")).scalar_one()
         if self.read_only:
             if version == 0:
@@ -158,16 +163,14 @@ class SqliteEventStore(EventStore):
         """Run `fn(connection)` in the writer's transaction (projection views, snapshots)."""
         return await self._require_writer().write(fn)
 
-    async def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Sequence[Any]]:
-        """A read on the reader connection (never blocks the writer)."""
-        assert self._reader is not None
+    async def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """A read on the reader connection (never blocks the writer), in one thread hop."""
+        if self._read_driver is None:
+            raise StoreError(f"{self.path}: event log is closed")
         try:
-            rows = await self._reader.exec_driver_sql(sql, params)
-            return [tuple(r) for r in rows.all()]
-        except OperationalError as exc:
+            return await fetchall(self._read_driver, sql, tuple(params))
+        except sqlite3.OperationalError as exc:
             raise locked_or_failed(exc, str(self.path)) from exc
-        finally:
-            await self._reader.rollback()
 
     async def query_with_columns(self, sql: str) -> tuple[list[str], list[Sequence[Any]]]:
         """One statement on the reader, with its column names; database errors are left to the caller."""
@@ -223,7 +226,7 @@ class SqliteEventStore(EventStore):
         for conn in (self._reader, self._write_conn):
             if conn is not None:
                 await conn.close()
-        self._reader = self._write_conn = None
+        self._reader = self._write_conn = self._read_driver = None
         for engine in (self._read_engine, self._write_engine):
             if engine is not None:
                 await engine.dispose()

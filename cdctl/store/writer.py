@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from cdctl.domain.errors import CdctlError, StoreError, StoreLocked
 from cdctl.domain.events import RecordedEvent
 from cdctl.domain.hashchain import GENESIS
 from cdctl.store.base import HeadNotifier, StreamAppend
+from cdctl.store.driver import driver_of, in_driver_thread
 from cdctl.store.sealing import Chain, SealedEvent, seal, utc_now
 
 WriteFn = Callable[[AsyncConnection], Awaitable[Any]]
@@ -41,10 +43,11 @@ class _Job:
     done: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-def locked_or_failed(exc: OperationalError, path: str) -> CdctlError:
-    if "locked" in str(exc.orig) or "busy" in str(exc.orig):
+def locked_or_failed(exc: OperationalError | sqlite3.OperationalError, path: str) -> CdctlError:
+    reason = str(exc.orig) if isinstance(exc, OperationalError) else str(exc)
+    if "locked" in reason or "busy" in reason:
         return StoreLocked(f"{path}: event log is locked by another writer")
-    return StoreError(f"{path}: write failed: {exc.orig}")
+    return StoreError(f"{path}: write failed: {reason}")
 
 
 class Writer:
@@ -57,8 +60,10 @@ class Writer:
         self._task: asyncio.Task[None] | None = None
         self._dead: StoreError | None = None
         self._inflight: list[_Job] = []
+        self._driver: Any = None
 
     async def start(self) -> None:
+        self._driver = await driver_of(self._conn)
         await self._load_tip()
         await self._notifier.advance(self._chain.head)
         self._task = asyncio.create_task(self._run(), name=f"event-log-writer:{self._path}")
@@ -136,7 +141,7 @@ class Writer:
             if stop:
                 return
 
-    async def _prefetch(self, jobs: list[_Job]) -> set[tuple[str, str]]:
+    def _prefetch(self, db: sqlite3.Connection, jobs: list[_Job]) -> set[tuple[str, str]]:
         """Load unknown stream versions and the already-recorded observations the group mentions."""
         streams = {
             a.stream for job in jobs for a in job.appends or () if a.stream not in self._chain.versions
@@ -150,66 +155,73 @@ class Writer:
         ]
         for chunk in _chunks(sorted(streams), 400):
             marks = ",".join("?" * len(chunk))
-            rows = await self._fetch(
+            rows = db.execute(
                 f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks}) GROUP BY stream",
                 tuple(chunk),
-            )
+            ).fetchall()
             found = {str(row[0]): int(row[1]) for row in rows}
             for stream in chunk:
-                self._chain.versions[stream] = int(found.get(stream, 0))
+                self._chain.versions[stream] = found.get(stream, 0)
         seen: set[tuple[str, str]] = set()
         for key_chunk in _chunks(keys, 400):
             marks = ",".join("(?,?)" for _ in key_chunk)
             params = tuple(v for key in key_chunk for v in key)
-            rows = await self._fetch(
+            rows = db.execute(
                 "SELECT uid, resource_version FROM observed_versions"
                 f" WHERE (uid, resource_version) IN (VALUES {marks})",
                 params,
-            )
+            ).fetchall()
             seen.update((str(row[0]), str(row[1])) for row in rows)
         return seen
 
-    async def _commit_appends(self, jobs: list[_Job]) -> None:
+    def _append_transaction(
+        self, db: sqlite3.Connection, jobs: list[_Job]
+    ) -> list[list[SealedEvent] | Exception]:
+        """On the driver's thread, under the write lock: prefetch, seal each job, insert, commit.
+
+        A job whose seal fails (conflict, bad input) gets its exception and writes nothing; the others
+        commit together. Any database error rolls the whole group back and propagates.
+        """
+        db.execute("BEGIN IMMEDIATE")
         try:
-            seen = await self._prefetch(jobs)
-            await self._conn.rollback()  # end the read transaction before taking the write lock
-        except OperationalError as exc:
-            _fail(jobs, locked_or_failed(exc, self._path))
-            return
-        now = utc_now()
-        sealed_by_job: list[tuple[_Job, list[SealedEvent]]] = []
-        for job in jobs:
-            try:
-                sealed_by_job.append(
-                    (job, seal(job.appends or (), self._chain, lambda u, rv: (u, rv) in seen, now))
-                )
-            except CdctlError as exc:
-                job.done.set_exception(exc)
-        sealed = [s for _, group in sealed_by_job for s in group]
-        try:
+            seen = self._prefetch(db, jobs)
+            now = utc_now()
+            outcomes: list[list[SealedEvent] | Exception] = []
+            for job in jobs:
+                try:
+                    outcomes.append(seal(job.appends or (), self._chain, lambda u, rv: (u, rv) in seen, now))
+                except CdctlError as exc:
+                    outcomes.append(exc)
+            sealed = [s for outcome in outcomes if not isinstance(outcome, Exception) for s in outcome]
             if sealed:
-                await self._conn.exec_driver_sql("BEGIN IMMEDIATE")
-                await self._conn.exec_driver_sql(
-                    _INSERT_EVENT,
-                    [s.row() for s in sealed],
-                )
+                db.executemany(_INSERT_EVENT, [s.row() for s in sealed])
                 observed = [(*s.observed, s.event.position) for s in sealed if s.observed is not None]
                 if observed:
-                    await self._conn.exec_driver_sql(_INSERT_OBSERVED, observed)
-                await self._conn.commit()
-        except Exception as exc:  # the group did not commit: fail it, and re-read the tip
-            with contextlib.suppress(Exception):
-                await self._conn.rollback()
-            error = locked_or_failed(exc, self._path) if isinstance(exc, OperationalError) else exc
-            _fail([job for job, _ in sealed_by_job], error)
+                    db.executemany(_INSERT_OBSERVED, observed)
+            db.execute("COMMIT")
+            return outcomes
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        finally:
+            self._chain.observed.clear()
+
+    async def _commit_appends(self, jobs: list[_Job]) -> None:
+        try:
+            outcomes = await in_driver_thread(self._driver, lambda db: self._append_transaction(db, jobs))
+        except Exception as exc:  # nothing committed: fail the group, and re-read the tip
+            error = locked_or_failed(exc, self._path) if isinstance(exc, sqlite3.OperationalError) else exc
+            _fail(jobs, error)
             self._chain.versions.clear()
             await self._load_tip()
             return
-        finally:
-            self._chain.observed.clear()
         await self._notifier.advance(self._chain.head)
-        for job, group in sealed_by_job:
-            job.done.set_result([s.event for s in group])
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                job.done.set_exception(outcome)
+            else:
+                job.done.set_result([s.event for s in outcome])
 
     async def _commit_write(self, job: _Job) -> None:
         assert job.write is not None
