@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,11 +11,16 @@ from pathlib import Path
 import pytest
 
 from cdctl.api.refs import DomainInfo
+from cdctl.k8s.plugincluster import connect, disconnect
+from cdctl.k8s.rest import KubeApi
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
+from cdctl.sim.chart import crds
+from cdctl.sim.server import ApiServer
 from cdctl.store import InMemoryEventStore
 from tests.plugin.fakes import FakeCluster
 
+SIM_NODE = "node-a"
 CLIQUE = "6a130f54-faaa-4b8f-847f-be44ab70f917.32766"
 PROC_DEVICES = (
     "Character devices:\n195 nvidia\n234 nvidia-caps-imex-channels\n235 nvidia-caps\n\nBlock devices:\n"
@@ -60,3 +67,22 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     book = await ClaimBook.load(store, settings.node)
     yield Node(tmp_path, settings, store, cluster, fabric, DeviceState(settings, book, cluster, fabric))
     await store.close()
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[tuple[ApiServer, KubeApi, Path]]:
+    base = Path(tempfile.mkdtemp(prefix="cda", dir="/tmp"))
+    try:
+        async with ApiServer() as server:
+            api = await connect(str(server.write_kubeconfig(base / "kubeconfig")), 0, 0)
+            try:
+                for crd in crds():
+                    await api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+                await api.create(
+                    "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": SIM_NODE}}
+                )
+                yield server, api, base
+            finally:
+                await disconnect(api)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -4,22 +4,16 @@ late (no channel-0 until then, Node events), and re-publishing a slice that disa
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from cdctl.k8s.plugincluster import connect, disconnect
 from cdctl.k8s.rest import KubeApi
 from cdctl.plugin import nvml
 from cdctl.plugin.app import PluginConfig, PluginProcess
-from cdctl.sim.chart import crds
 from cdctl.sim.server import ApiServer
+from tests.plugin.conftest import SIM_NODE as NODE
 
-NODE = "node-a"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 U = "6a130f54-faaa-4b8f-847f-be44ab70f917"
 
@@ -31,25 +25,6 @@ async def until(check: Callable[[], Any], what: str) -> Any:
             if got:
                 return got
             await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-async def env() -> AsyncIterator[tuple[ApiServer, KubeApi, Path]]:
-    base = Path(tempfile.mkdtemp(prefix="cda", dir="/tmp"))
-    try:
-        async with ApiServer() as server:
-            api = await connect(str(server.write_kubeconfig(base / "kubeconfig")), 0, 0)
-            try:
-                for crd in crds():
-                    await api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-                await api.create(
-                    "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
-                )
-                yield server, api, base
-            finally:
-                await disconnect(api)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def config(base: Path) -> PluginConfig:
