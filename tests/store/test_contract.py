@@ -61,10 +61,11 @@ async def test_hash_chain_links_every_event_to_the_previous(store: EventStore) -
     await store.append("s/2", [ev(b="é")])
     previous = hashchain.GENESIS
     for e in await store.read_all():
+        at = e.recorded_at.isoformat(timespec="microseconds")
+        data, metadata = hashchain.dumps(e.data), hashchain.dumps(e.metadata)
         payload = hashchain.canonical_bytes(
-            e.position, e.stream, e.version, e.type, e.schema_version,
-            hashchain.dumps(e.data), hashchain.dumps(e.metadata), e.recorded_at.isoformat(timespec="microseconds"),
-        )  # fmt: skip
+            e.position, e.stream, e.version, e.type, e.schema_version, data, metadata, at
+        )
         assert e.hash == hashchain.chain(previous, payload)
         previous = e.hash
 
@@ -84,7 +85,8 @@ async def test_expected_version_conflict_is_typed_and_writes_nothing(store: Even
 async def test_concurrent_deciders_on_one_stream_exactly_one_wins(store: EventStore) -> None:
     await store.append("domain/race", [ev()])
     results = await asyncio.gather(
-        *(store.append("domain/race", [ev(i=i)], expected_version=1) for i in range(5)), return_exceptions=True
+        *(store.append("domain/race", [ev(i=i)], expected_version=1) for i in range(5)),
+        return_exceptions=True,
     )
     assert sum(1 for r in results if isinstance(r, list)) == 1
     assert sum(1 for r in results if isinstance(r, ConcurrencyConflict)) == 4
@@ -98,7 +100,9 @@ async def test_batches_across_streams_are_atomic(store: EventStore) -> None:
         )
     assert await store.stream_version("b/2") == 0
     assert store.head() == 1
-    written = await store.append_batch([StreamAppend("b/2", [ev()], NO_STREAM), StreamAppend("b/1", [ev()], 1)])
+    written = await store.append_batch(
+        [StreamAppend("b/2", [ev()], NO_STREAM), StreamAppend("b/1", [ev()], 1)]
+    )
     assert [(e.stream, e.version, e.position) for e in written] == [("b/2", 1, 2), ("b/1", 2, 3)]
 
 

@@ -59,8 +59,8 @@ async def test_a_file_created_at_migration_1_is_upgraded(tmp_path: Path) -> None
     conn = sqlite3.connect(path)
     conn.executescript(store_schema.migration_script(first))
     conn.execute(
-        "INSERT INTO events VALUES (1, 's/1', 1, 'Thing', 1, '{}', '{}', '2026-01-01T00:00:00.000000+00:00', ?)",
-        ("f" * 64,),
+        "INSERT INTO events VALUES (1, 's/1', 1, 'Thing', 1, '{}', '{}', ?, ?)",
+        ("2026-01-01T00:00:00.000000+00:00", "f" * 64),
     )
     conn.commit()
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
