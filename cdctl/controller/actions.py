@@ -17,9 +17,10 @@ import structlog
 from cdctl.controller.journal import Journal
 from cdctl.domain.computedomains import DomainActionFailed, DomainActionIntended, DomainActionSucceeded
 from cdctl.domain.errors import PermanentError, RetriableError
+from cdctl.domain.events import DomainEvent
 from cdctl.k8s.errors import AlreadyExistsError, ConflictError, KubeApiError, NotFoundError
 from cdctl.k8s.informer import Change
-from cdctl.k8s.kube_events import EventRecorder
+from cdctl.k8s.kube_events import POSTED, SUPPRESSED, EventRecorder
 from cdctl.k8s.resources import ResourceType
 from cdctl.k8s.rest import KubeApi
 
@@ -60,6 +61,20 @@ class Actions:
         await self.journal.record(
             uid, [DomainActionFailed(uid, action, resource.kind, namespace, name, str(exc), exc.retriable)]
         )
+
+    async def warn(self, uid: str, obj: JsonObject, reason: str, message: str) -> None:
+        """Tell the user on the object (a Warning Event); logged as an action unless a suppressed repeat."""
+        outcome = await self.recorder.warn(obj, reason, message)
+        if outcome == SUPPRESSED:
+            return
+        meta = obj.get("metadata", {})
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        event: DomainEvent = (
+            DomainActionSucceeded(uid, "warn", "Event", namespace, name, f"{reason}: {message}")
+            if outcome == POSTED
+            else DomainActionFailed(uid, "warn", "Event", namespace, name, f"{reason}: {message}", True)
+        )
+        await self.journal.record(uid, [event])
 
     async def get(self, resource: ResourceType, namespace: str | None, name: str) -> JsonObject | None:
         try:

@@ -151,7 +151,7 @@ class Cliques:
             f"{', '.join(unplaced)}"
         )
         log.warning("clique full", clique=clique_id, unplaced=list(unplaced), limit=limit)
-        await self.ctx.recorder.warn(cd, "CliqueFull", message)
+        await self.ctx.actions.warn(str(cd["metadata"]["uid"]), cd, "CliqueFull", message)
 
     async def delete_all(self, state: DomainState) -> None:
         for clique in state.of_kind(KIND_CLIQUE):

@@ -130,7 +130,7 @@ class ControllerManager:
         cd = self.view.domain(uid).cd
         obj = self.journal.cached(COMPUTE_DOMAINS, cd.namespace, cd.name) if cd else None
         if obj is not None:
-            await self.recorder.warn(obj, "ReconcileFailed", str(error))
+            await self.ctx.actions.warn(uid, obj, "ReconcileFailed", str(error))
 
     async def _follow(self, informer: Informer, first_sync: asyncio.Event) -> None:
         async for item in informer.observe():

@@ -74,7 +74,7 @@ class ClaimTemplates:
             f"ResourceClaimTemplate {namespace}/{name} already exists and was not created for this "
             "ComputeDomain; delete it or choose another spec.channel.resourceClaimTemplate.name"
         )
-        await self.ctx.recorder.warn(cd, "ResourceClaimTemplateConflict", message)
+        await self.ctx.actions.warn(state.uid, cd, "ResourceClaimTemplateConflict", message)
         raise ClaimTemplateConflict(message, delay=CONFLICT_RETRY_S)
 
     async def ensure_daemon(self, state: DomainState, cd: JsonObject, namespace: str) -> None:

@@ -2,7 +2,8 @@
 
 `EventRecorder.warn(obj, reason, message)` creates an Event in the object's namespace; the same (object,
 reason, message) is posted at most once per `repeat_after_s`, so a reconcile retried every few seconds does
-not flood the namespace. Posting is best effort: a failure is logged, never raised. Used by the controller.
+not flood the namespace. Posting is best effort: a failure is logged and reported (POSTED, SUPPRESSED or
+FAILED), never raised. Used by the controller.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from cdctl.k8s.resources import EVENTS
 from cdctl.k8s.rest import KubeApi
 
 log = structlog.get_logger(__name__)
+POSTED = "posted"
+SUPPRESSED = "suppressed"
+FAILED = "failed"
 
 
 class EventRecorder:
@@ -28,20 +32,20 @@ class EventRecorder:
         self.repeat_after_s = repeat_after_s
         self._posted: dict[tuple[str, str, str], float] = {}
 
-    async def warn(self, obj: dict[str, Any], reason: str, message: str) -> bool:
+    async def warn(self, obj: dict[str, Any], reason: str, message: str) -> str:
         return await self.post(obj, "Warning", reason, message)
 
-    async def normal(self, obj: dict[str, Any], reason: str, message: str) -> bool:
+    async def normal(self, obj: dict[str, Any], reason: str, message: str) -> str:
         return await self.post(obj, "Normal", reason, message)
 
-    async def post(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> bool:
-        """Post one Event; False when suppressed as a repeat or when the API refused it."""
+    async def post(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> str:
+        """Post one Event: POSTED, SUPPRESSED (a repeat) or FAILED (the API refused it)."""
         meta = obj.get("metadata", {})
         key = (str(meta.get("uid", "")), reason, message)
         now = time.monotonic()
         last = self._posted.get(key)
         if last is not None and now - last < self.repeat_after_s:
-            return False
+            return SUPPRESSED
         self._posted[key] = now
         namespace = str(meta.get("namespace") or "default")
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -71,5 +75,5 @@ class EventRecorder:
             await self.api.create(EVENTS.collection_path(namespace), body)
         except KubeApiError as exc:
             log.warning("could not post event", reason=reason, error=str(exc))
-            return False
-        return True
+            return FAILED
+        return POSTED

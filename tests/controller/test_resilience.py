@@ -8,6 +8,7 @@ from cdctl.domain.computedomains import (
     ComputeDomainObserved,
     ComputeDomainTornDown,
     DomainActionIntended,
+    DomainActionSucceeded,
     DomainObjectObserved,
 )
 from cdctl.domain.events import decode
@@ -140,7 +141,8 @@ async def test_a_foreign_template_with_the_same_name_is_reported_on_the_domain(t
             USER_NAMESPACE,
             {"metadata": {"name": "taken"}, "spec": {"spec": {"devices": {"requests": []}}}},
         )
-        await cluster.start_controller()
+        log = InMemoryEventStore()
+        await cluster.start_controller(store=log)
         cd = cluster.create_domain("cd1", template="taken")
         event = await eventually(
             lambda: next(
@@ -156,6 +158,9 @@ async def test_a_foreign_template_with_the_same_name_is_reported_on_the_domain(t
         assert event["involvedObject"]["uid"] == cd["metadata"]["uid"]
         assert "team-a/taken already exists" in event["message"]
         assert "labels" not in cluster.get(*RCT, USER_NAMESPACE, "taken")["metadata"]
+        events = [decode(e) for e in await log.read_stream(f"domain/{cd['metadata']['uid']}")]
+        warned = [e for e in events if isinstance(e, DomainActionSucceeded) and e.action == "warn"]
+        assert warned and warned[0].detail.startswith("ResourceClaimTemplateConflict: ")
 
 
 async def test_a_failure_retrying_cannot_fix_is_reported_on_the_domain(tmp_path: Path) -> None:
