@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +212,20 @@ async def eventually(condition: Callable[[], Any], *, give_up_s: float = GIVE_UP
     deadline = loop.time() + give_up_s
     for _ in range(1_000_000):
         value = condition()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"condition never held: {getattr(condition, '__name__', condition)}")
+        await asyncio.sleep(0.02)
+    raise AssertionError("unreachable")
+
+
+async def eventually_async(condition: Callable[[], Awaitable[Any]], *, give_up_s: float = GIVE_UP_S) -> Any:
+    """`eventually` for a condition that must await (reading an event log)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + give_up_s
+    for _ in range(1_000_000):
+        value = await condition()
         if value:
             return value
         if loop.time() > deadline:

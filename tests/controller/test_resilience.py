@@ -14,7 +14,7 @@ from cdctl.domain.computedomains import (
 from cdctl.domain.events import decode
 from cdctl.store.memory import InMemoryEventStore
 from cdctl.store.sqlite import SqliteEventStore
-from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, Cluster, eventually
+from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, Cluster, eventually, eventually_async
 
 RCT = ("resource.k8s.io", "resourceclaimtemplates")
 LABEL = "resource.nvidia.com/computeDomain"
@@ -158,9 +158,13 @@ async def test_a_foreign_template_with_the_same_name_is_reported_on_the_domain(t
         assert event["involvedObject"]["uid"] == cd["metadata"]["uid"]
         assert "team-a/taken already exists" in event["message"]
         assert "labels" not in cluster.get(*RCT, USER_NAMESPACE, "taken")["metadata"]
-        events = [decode(e) for e in await log.read_stream(f"domain/{cd['metadata']['uid']}")]
-        warned = [e for e in events if isinstance(e, DomainActionSucceeded) and e.action == "warn"]
-        assert warned and warned[0].detail.startswith("ResourceClaimTemplateConflict: ")
+
+        async def warned() -> list[DomainActionSucceeded]:
+            events = [decode(e) for e in await log.read_stream(f"domain/{cd['metadata']['uid']}")]
+            return [e for e in events if isinstance(e, DomainActionSucceeded) and e.action == "warn"]
+
+        (warning,) = await eventually_async(warned)
+        assert warning.detail.startswith("ResourceClaimTemplateConflict: ")
 
 
 async def test_a_failure_retrying_cannot_fix_is_reported_on_the_domain(tmp_path: Path) -> None:
