@@ -6,17 +6,20 @@ every node of the fake NVLink topology (each with its own plugin registration an
 `work_dir`, short enough for unix socket paths). Clients connect with `cluster.write_kubeconfig(path)` or
 `cluster.url`; a node's kubelet plugin is pointed at `registry_dir(node)` / `plugin_dir(node)` and given
 `--fake-nvml <topology.node(node).fake_nvml_spec()>` (or, in process, `NodeDeviceLib`) and the fake driver
-files of `driver_files(node)`. Used by `cdctl sim` and the integration tests.
+files of `driver_files(node)`; `fake_imex_env()` puts the fake IMEX commands on a PATH. Used by `cdctl sim`
+and the integration tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
 from types import TracebackType
 
+from cdctl.sim import fakeimex
 from cdctl.sim.allocator import Allocator
 from cdctl.sim.claimtemplates import ClaimTemplateController
 from cdctl.sim.controllerloop import ControllerLoop
@@ -87,10 +90,19 @@ class SimCluster:
         """The node's fake `/proc` driver files (written at start) for the plugin's settings."""
         return self._driver_files[node]
 
+    def fake_imex_env(self) -> dict[str, str]:
+        """Environment that puts the fake `nvidia-imex` / `nvidia-imex-ctl` first on PATH, with one peer
+        registry for the whole cluster (installed at start)."""
+        return {
+            "PATH": f"{self.work_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            fakeimex.REGISTRY_ENV: str(self.work_dir / "imex-registry"),
+        }
+
     def write_kubeconfig(self, path: Path) -> Path:
         return self.apiserver.write_kubeconfig(path)
 
     async def start(self) -> None:
+        fakeimex.install_executables(self.work_dir / "bin")
         for node in self.topology.nodes:
             self.registry_dir(node).mkdir(parents=True, exist_ok=True)
             self._driver_files[node] = write_driver_files(self.node_dir(node) / "driver")

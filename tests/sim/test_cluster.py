@@ -118,3 +118,20 @@ async def test_daemonset_pods_get_devices_prepared_and_run(cluster: SimCluster, 
             return not (await resource.list_namespaced_resource_claim(NAMESPACE)).items
 
         await _wait_for(claims_gone, "the generated claims to be collected")
+
+
+async def test_fake_imex_commands_are_on_the_cluster_path(cluster: SimCluster) -> None:
+    env = cluster.fake_imex_env()
+    process = await asyncio.create_subprocess_exec(
+        "nvidia-imex-ctl",
+        "-c",
+        "/nonexistent.cfg",
+        "-q",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(30):
+        _, error = await process.communicate()
+    assert process.returncode == 2
+    assert b"cannot read IMEX config /nonexistent.cfg" in error
