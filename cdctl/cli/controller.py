@@ -16,9 +16,12 @@ import logging
 import re
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 import structlog
+from click.decorators import FC
 
 from cdctl.api.gates import parse_feature_gates
 from cdctl.controller.app import run_controller
@@ -55,6 +58,11 @@ class Duration(click.ParamType[float]):
             self.fail(str(exc), param, ctx)
 
 
+def option(*names: str, **kwargs: Any) -> Callable[[FC], FC]:
+    """A click option whose help shows its environment twin."""
+    return click.option(*names, show_envvar=True, **kwargs)
+
+
 def split_list(value: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in re.split(r"[,\s]+", value or "") if item.strip())
 
@@ -89,31 +97,29 @@ async def serve(settings: ControllerSettings) -> None:
 
 
 @click.command("controller")
-@click.option(
-    "--pod-name", envvar="POD_NAME", required=True, help="This pod's name (leader identity prefix)."
-)
-@click.option(
+@option("--pod-name", envvar="POD_NAME", required=True, help="This pod's name (leader identity prefix).")
+@option(
     "--namespace",
     envvar="NAMESPACE",
     default="default",
     show_default=True,
     help="The driver namespace: daemon DaemonSets, their claim templates and cliques live here.",
 )
-@click.option("--image-name", envvar="IMAGE_NAME", required=True, help="Image of the IMEX daemon pods.")
-@click.option(
+@option("--image-name", envvar="IMAGE_NAME", required=True, help="Image of the IMEX daemon pods.")
+@option(
     "--cd-daemon-image-pull-secret-names",
     envvar="CD_DAEMON_IMAGE_PULL_SECRET_NAMES",
     default="",
     help="Comma list of image pull secrets for the daemon pods.",
 )
-@click.option(
+@option(
     "--log-verbosity-cd-daemon",
     envvar="LOG_VERBOSITY_CD_DAEMON",
     required=True,
     type=int,
     help="Log verbosity handed to the daemon pods.",
 )
-@click.option(
+@option(
     "--max-nodes-per-imex-domain",
     envvar="MAX_NODES_PER_IMEX_DOMAIN",
     default=18,
@@ -121,69 +127,67 @@ async def serve(settings: ControllerSettings) -> None:
     type=click.IntRange(min=1),
     help="Daemons per clique (indices 0..N-1); 18 = GB200/GB300 NVL limit.",
 )
-@click.option(
+@option(
     "--http-endpoint",
     envvar="HTTP_ENDPOINT",
     default="",
     help="[host]:port serving metrics, /healthz and /readyz; off when empty.",
 )
-@click.option("--metrics-path", envvar="METRICS_PATH", default="/metrics", show_default=True)
-@click.option(
+@option("--metrics-path", envvar="METRICS_PATH", default="/metrics", show_default=True)
+@option(
     "--pprof-path",
     envvar="PPROF_PATH",
     default="",
     help="Path prefix serving a dump of the running asyncio tasks; off when empty.",
 )
-@click.option(
+@option(
     "--additional-namespaces",
     envvar="ADDITIONAL_NAMESPACES",
     default="",
     help="Comma list of more namespaces where daemon DaemonSets are managed.",
 )
-@click.option(
+@option(
     "--leader-election-enabled",
     envvar="LEADER_ELECTION_ENABLED",
     is_flag=True,
     default=False,
     help="Run only while holding the Lease; a standby waits.",
 )
-@click.option(
+@option(
     "--leader-election-lease-lock-namespace",
     envvar="LEADER_ELECTION_LEASE_LOCK_NAMESPACE",
     default="default",
     show_default=True,
 )
-@click.option(
+@option(
     "--leader-election-lease-lock-name",
     envvar="LEADER_ELECTION_LEASE_LOCK_NAME",
     default="nvidia-compute-domain-controller",
     show_default=True,
 )
-@click.option(
+@option(
     "--leader-election-lease-duration",
     envvar="LEADER_ELECTION_LEASE_DURATION",
     default="15s",
     show_default=True,
     type=Duration(),
 )
-@click.option(
+@option(
     "--leader-election-renew-deadline",
     envvar="LEADER_ELECTION_RENEW_DEADLINE",
     default="10s",
     show_default=True,
     type=Duration(),
 )
-@click.option(
+@option(
     "--leader-election-retry-period",
     envvar="LEADER_ELECTION_RETRY_PERIOD",
     default="2s",
     show_default=True,
     type=Duration(),
 )
-@click.option(
-    "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent."
-)
-@click.option(
+@option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent.")
+@option(
     "--kube-api-qps",
     envvar="KUBE_API_QPS",
     default=5.0,
@@ -191,18 +195,21 @@ async def serve(settings: ControllerSettings) -> None:
     type=float,
     help="Client-side request rate limit (0: none).",
 )
-@click.option("--kube-api-burst", envvar="KUBE_API_BURST", default=10, show_default=True, type=int)
-@click.option("--feature-gates", envvar="FEATURE_GATES", default="", help="Comma list of Gate=true|false.")
-@click.option(
-    "--db", envvar="CDCTL_DB", default="", help="Event log file; events are only folded when empty."
+@option("--kube-api-burst", envvar="KUBE_API_BURST", default=10, show_default=True, type=int)
+@option("--feature-gates", envvar="FEATURE_GATES", default="", help="Comma list of Gate=true|false.")
+@option(
+    "--db",
+    envvar="CDCTL_DB",
+    default="",
+    help="Event log file (SQLite); when empty, events are folded in memory and not kept.",
 )
-@click.option(
+@option(
     "--resource-api-version",
     envvar="RESOURCE_API_VERSION",
     default=None,
     help="resource.k8s.io version to use (default: discover v1, else v1beta2, else v1beta1).",
 )
-@click.option(
+@option(
     "--workers",
     envvar="CONTROLLER_WORKERS",
     default=16,
@@ -210,7 +217,7 @@ async def serve(settings: ControllerSettings) -> None:
     type=click.IntRange(min=1),
     help="ComputeDomains reconciled in parallel.",
 )
-@click.option(
+@option(
     "--cleanup-interval",
     envvar="CLEANUP_INTERVAL",
     default="10m",
@@ -218,7 +225,7 @@ async def serve(settings: ControllerSettings) -> None:
     type=Duration(),
     help="How often every domain is re-checked and orphans are swept.",
 )
-@click.option(
+@option(
     "--batch-window",
     envvar="BATCH_WINDOW",
     default="100ms",
@@ -226,14 +233,14 @@ async def serve(settings: ControllerSettings) -> None:
     type=Duration(),
     help="Changes to one ComputeDomain within this window are reconciled and written once (0: at once).",
 )
-@click.option(
+@option(
     "--log-format",
     envvar="LOG_FORMAT",
     default="console",
     show_default=True,
     type=click.Choice(["console", "json"]),
 )
-@click.option("-v", "--verbosity", envvar="LOG_VERBOSITY", default=0, show_default=True, type=int)
+@option("-v", "--verbosity", envvar="LOG_VERBOSITY", default=0, show_default=True, type=int)
 def controller(**options: object) -> None:
     """Reconcile ComputeDomains: templates, daemon DaemonSets, cliques, status, teardown."""
     configure_logging(str(options["log_format"]), int(str(options["verbosity"])))
