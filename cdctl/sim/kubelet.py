@@ -32,6 +32,7 @@ from cdctl.sim.cdiresolver import UnresolvableDevice
 from cdctl.sim.errors import ApiError, NotFound
 from cdctl.sim.objectmeta import now_rfc3339
 from cdctl.sim.pluginwatcher import PluginWatcher, RegisteredPlugin
+from cdctl.sim.podstatus import running_status, with_addresses
 from cdctl.sim.store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -273,13 +274,7 @@ class SimKubelet:
             return latest
         address = f"{self.pod_ip_prefix}{self._next_ip}"
         self._next_ip += 1
-        status.update(
-            podIP=address,
-            podIPs=[{"ip": address}],
-            hostIP=self.node_ip,
-            hostIPs=[{"ip": self.node_ip}],
-            startTime=now_rfc3339(),
-        )
+        status = with_addresses(status, address, self.node_ip, now_rfc3339())
         return self.store.update(
             pods,
             latest["metadata"]["namespace"],
@@ -393,26 +388,5 @@ class SimKubelet:
             latest = self.store.get(pods, namespace, name)
         except NotFound:
             return
-        status = dict(latest.get("status") or {})
-        now = now_rfc3339()
-        flag = "True" if ready else "False"
-        status["phase"] = "Running"
-        status["conditions"] = [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
-            {"type": "Ready", "status": flag, "lastTransitionTime": now},
-        ]
-        status["containerStatuses"] = [
-            {
-                "name": c["name"],
-                "image": c.get("image", ""),
-                "imageID": "",
-                "ready": ready,
-                "started": True,
-                "restartCount": 0,
-                "state": {"running": {"startedAt": now}},
-            }
-            for c in (latest.get("spec") or {}).get("containers") or []
-        ]
+        status = running_status(latest, ready, now_rfc3339())
         self.store.update(pods, namespace, name, {**latest, "status": status}, subresource="status")
