@@ -1,1 +1,1 @@
-"""The command line: flags and environment to settings to entry points, plus the event-log history commands."""
+"""The command line: flags and environment to settings to entry points, and the event-log commands."""
