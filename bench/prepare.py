@@ -1,7 +1,8 @@
 """Prepare/Unprepare latency of the kubelet plugin through its unix socket (p50/p99 over N claims).
 
 Runs the real plugin pieces (gRPC server, prepare path, SQLite event log, CDI writer, Kubernetes adapter)
-against the simulated API server on loopback, with the readiness condition already met (the domain's clique
+against the simulated API server on loopback (`cdctl sim apiserver`, a separate process like a real one),
+with the readiness condition already met (the domain's clique
 lists this node's daemon as Ready). Each claim is prepared and then unprepared, one after the other (a node
 has one channel-0). Runs twice: event log on tmpfs (/dev/shm) and on disk. Prints the figures and writes
 bench/results/prepare.json.
@@ -13,13 +14,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +38,6 @@ from cdctl.plugin.driver import Driver
 from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths
 from cdctl.sim.chart import crds
-from cdctl.sim.server import ApiServer
 from cdctl.store import SqliteEventStore
 
 NODE = "bench-node"
@@ -106,6 +109,24 @@ async def seed(api: KubeApi, claims: int) -> str:
     return uid
 
 
+@contextlib.asynccontextmanager
+async def sim_apiserver(kubeconfig: Path) -> AsyncIterator[Path]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cdctl", "sim", "apiserver", "--port", "0", "--kubeconfig-out", str(kubeconfig),
+        "--history-window", "100000",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(60):
+            while not await asyncio.to_thread(kubeconfig.exists):  # noqa: ASYNC110 - another process writes it
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # the file is written once the port is bound; let the listener settle
+        yield kubeconfig
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -115,8 +136,8 @@ async def run(log_dir: Path, claims: int) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="cdb", dir="/tmp"))
     try:
         (base / "devices").write_text(PROC_DEVICES)
-        async with ApiServer() as server:
-            api = await connect(str(server.write_kubeconfig(base / "kubeconfig")), 0, 0)
+        async with sim_apiserver(base / "kubeconfig") as kubeconfig:
+            api = await connect(str(kubeconfig), 0, 0)
             store = None
             servers = None
             cluster = None
@@ -126,6 +147,7 @@ async def run(log_dir: Path, claims: int) -> dict[str, Any]:
                 cluster = KubeClusterPort(
                     api, resource_version="v1", driver_namespace=NS, node_uid=node_uid, use_cliques=True
                 )
+                cluster.start(NODE)
                 store = await SqliteEventStore.open(log_dir / "events.db")
                 book = await ClaimBook.load(store, NODE)
                 settings = PrepareSettings(
@@ -163,6 +185,8 @@ async def run(log_dir: Path, claims: int) -> dict[str, Any]:
                     await servers.close()
                 if store is not None:
                     await store.close()
+                if cluster is not None:
+                    await cluster.close()
                 await disconnect(api)
         return {
             "claims": claims,

@@ -1,7 +1,8 @@
 """Node access for the kubelet plugin: its UID, the ComputeDomain label, and Kubernetes Events on the Node.
 
 Called by the plugin's cluster adapter (cdctl.k8s.plugincluster) and start-up. Label writes carry the Node's
-resourceVersion, so a concurrent change answers 409 and the caller retries (the Go driver uses Update).
+resourceVersion, so a concurrent change (or a stale cached copy) answers 409 and the caller retries (the Go
+driver uses Update).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Called by the plugin's prepare path through that interface. ResourceClaims are r
 resource.k8s.io version the cluster serves; ComputeDomains are followed by an informer indexed by UID (a
 miss re-lists once, so a domain created a moment ago is found); daemon readiness reads the domain's
 ComputeDomainClique `<uid>.<cliqueID>` in the driver namespace (gate ComputeDomainCliques) and falls back to
-`status.nodes` of the ComputeDomain. API errors become RetriableError or PermanentError here.
+`status.nodes` of the ComputeDomain. The node's own label is decided on a watched copy of the Node (writes
+carry its resourceVersion, so a stale copy answers 409 and the next attempt re-reads). API errors become
+RetriableError or PermanentError here.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from cdctl.api.refs import DomainInfo
 from cdctl.domain.errors import PermanentError, RetriableError
 from cdctl.k8s import nodes
 from cdctl.k8s.errors import KubeApiError, NotFoundError
-from cdctl.k8s.informer import Change, Informer, Observation
-from cdctl.k8s.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS, RESOURCE_GROUP, ResourceType
+from cdctl.k8s.informer import Change, Informer, Observation, is_stale
+from cdctl.k8s.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS, NODES, RESOURCE_GROUP, ResourceType
 from cdctl.k8s.rest import JsonObject, KubeApi
 
 log = structlog.get_logger("cdctl.k8s.plugincluster")
@@ -68,18 +70,40 @@ class KubeClusterPort:
         self.component = component
         self._domains: dict[str, DomainInfo] = {}
         self._relist_lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._nodes: dict[str, JsonObject] = {}  # the followed Node, newest copy seen or written
 
     # ---- ComputeDomain index
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._follow_domains(), name="computedomain-informer")
+    def start(self, node: str | None = None) -> None:
+        """Follow ComputeDomains, and `node` (its labels are then decided from the watched copy)."""
+        self._tasks.append(asyncio.create_task(self._follow_domains(), name="computedomain-informer"))
+        if node:
+            self._tasks.append(asyncio.create_task(self._follow_node(node), name="node-informer"))
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
+
+    def _remember_node(self, name: str, obj: JsonObject | None) -> None:
+        if obj is None:
+            return
+        known = self._nodes.get(name)
+        known_rv = str((known or {}).get("metadata", {}).get("resourceVersion", ""))
+        if known is None or not is_stale(known_rv, str(obj.get("metadata", {}).get("resourceVersion", ""))):
+            self._nodes[name] = obj
+
+    async def _follow_node(self, node: str) -> None:
+        informer = Informer(self.api, NODES, field_selector=f"metadata.name={node}")
+        async for item in informer.observe():
+            if isinstance(item, Observation):
+                if item.change is Change.DELETED:
+                    self._nodes.pop(node, None)
+                else:
+                    self._remember_node(node, item.obj)
 
     async def _follow_domains(self) -> None:
         informer = Informer(self.api, COMPUTE_DOMAINS)

@@ -170,7 +170,7 @@ class PluginProcess:
             self.api, resource_version=version, driver_namespace=cfg.namespace, node_uid=node_uid,
             use_cliques=cfg.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES),
         )  # fmt: skip
-        self.cluster.start()
+        self.cluster.start(cfg.node_name)
         settings = PrepareSettings(
             node=cfg.node_name,
             plugin_dir=cfg.plugin_dir,

@@ -162,8 +162,14 @@ def _validator() -> jsonschema.protocols.Validator:
     return validator
 
 
+_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: about 4x faster
+
+
 def validate_spec(spec: dict[str, Any]) -> None:
-    errors = sorted(_validator().iter_errors(spec), key=lambda e: list(e.path))
+    validator = _validator()
+    if validator.is_valid(spec):
+        return
+    errors = sorted(validator.iter_errors(spec), key=lambda e: list(e.path))
     if errors:
         where = "/".join(str(p) for p in errors[0].path) or "(root)"
         raise CDIError(f"CDI spec {spec.get('kind')!r} does not validate at {where}: {errors[0].message}")
@@ -172,7 +178,7 @@ def validate_spec(spec: dict[str, Any]) -> None:
 def write_spec(path: Path, spec: dict[str, Any], *, fsync: bool = True) -> None:
     """Validate, then write `path` atomically: a temp file in the same directory, fsync, rename."""
     validate_spec(spec)
-    data = ("---\n" + yaml.safe_dump(spec, sort_keys=False)).encode()
+    data = ("---\n" + yaml.dump(spec, Dumper=_DUMPER, sort_keys=False)).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="spec.", suffix=".tmp", dir=path.parent)
     try:
