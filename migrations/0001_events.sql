@@ -20,4 +20,4 @@ CREATE INDEX events_by_recorded_at ON events (recorded_at);
 CREATE TRIGGER events_are_never_updated BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'events are append-only: UPDATE refused'); END;
 CREATE TRIGGER events_are_never_deleted BEFORE DELETE ON events
-BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused (use cdctl compact)'); END;
+BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused'); END;

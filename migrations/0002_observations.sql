@@ -3,6 +3,6 @@
 CREATE TABLE observed_versions (
     uid              TEXT    NOT NULL,
     resource_version TEXT    NOT NULL,
-    position         INTEGER NOT NULL REFERENCES events (position),
+    position         INTEGER NOT NULL,  -- the event it produced (kept even if that event is ever compacted)
     PRIMARY KEY (uid, resource_version)
 ) WITHOUT ROWID;

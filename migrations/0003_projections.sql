@@ -12,10 +12,3 @@ CREATE TABLE snapshots (
     created_at TEXT    NOT NULL,
     PRIMARY KEY (name, position)
 );
--- Compaction is explicit and logged: it keeps a snapshot at the cut and the hash that anchors the rest.
-CREATE TABLE compactions (
-    cut_position  INTEGER PRIMARY KEY,
-    anchor_hash   TEXT NOT NULL,
-    performed_at  TEXT NOT NULL,
-    actor         TEXT NOT NULL
-);

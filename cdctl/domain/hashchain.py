@@ -9,8 +9,9 @@ append and by `cdctl verify`.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
+
+import orjson
 
 GENESIS = "0" * 64
 
@@ -26,19 +27,21 @@ def canonical_bytes(
     recorded_at: str,
 ) -> bytes:
     # data and metadata enter as the exact stored JSON text, so verification never depends on re-serialising.
-    head = _HEAD_ENCODER.encode([position, stream, version, type_, schema_version, recorded_at])
-    return "\n".join((head, data_json, metadata_json)).encode()
+    head = orjson.dumps([position, stream, version, type_, schema_version, recorded_at])
+    return b"\n".join((head, data_json.encode(), metadata_json.encode()))
 
 
 def chain(previous_hash: str, payload: bytes) -> str:
     return hashlib.sha256(previous_hash.encode() + payload).hexdigest()
 
 
-# Built once: json.dumps with non-default options constructs a new encoder on every call.
-_HEAD_ENCODER = json.JSONEncoder(separators=(",", ":"))
-_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 def dumps(value: Any) -> str:
     """The one JSON encoding used for stored data and metadata: compact, sorted keys, UTF-8 kept."""
-    return _ENCODER.encode(value)
+    return orjson.dumps(value, option=_OPTIONS).decode()
+
+
+def loads(text: str | bytes) -> Any:
+    return orjson.loads(text)

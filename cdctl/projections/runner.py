@@ -154,13 +154,6 @@ class ProjectionRunner:
                 view[key] = row
         return view
 
-    async def snapshot(self) -> None:
-        """Write a snapshot of every view now (used before compaction and by `cdctl snapshot`)."""
-        await self.sink.commit(
-            [], dict(self.positions),
-            {p.name: (self.positions[p.name], encode_snapshot(self.views[p.name])) for p in self.projections},
-        )  # fmt: skip
-
     async def run(self) -> None:
         """Follow the log until cancelled: catch up, then wait for the next commit (no polling)."""
         while True:

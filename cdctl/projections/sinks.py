@@ -7,10 +7,10 @@ ProjectionRunner; `cdctl verify` reads the stored rows back through `table_rows`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cdctl.projections.base import Change, Key, Projection, Row
@@ -22,11 +22,11 @@ KEEP_SNAPSHOTS = 2
 
 
 def encode_snapshot(view: dict[Key, Row]) -> str:
-    return json.dumps([[list(key), row] for key, row in view.items()], separators=(",", ":"))
+    return orjson.dumps([[key, row] for key, row in view.items()]).decode()
 
 
 def decode_snapshot(text: str) -> list[tuple[Key, Row]]:
-    return [(tuple(key), row) for key, row in json.loads(text)]
+    return [(tuple(key), row) for key, row in orjson.loads(text)]
 
 
 class ViewSink(Protocol):

@@ -7,7 +7,6 @@ log once at start; the CLI opens files read-only with `open(path, read_only=True
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
@@ -19,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from cdctl.domain import hashchain
 from cdctl.domain.errors import StoreError
 from cdctl.domain.events import RecordedEvent, upcast
 from cdctl.store import schema
@@ -48,8 +48,8 @@ def row_to_event(row: Sequence[Any]) -> RecordedEvent:
             int(version),
             str(type_),
             int(schema_version),
-            json.loads(data),
-            json.loads(metadata),
+            hashchain.loads(data),
+            hashchain.loads(metadata),
             datetime.fromisoformat(recorded_at),
             str(hash_),
             data,

@@ -95,10 +95,6 @@ class Writer:
 
     async def _load_tip(self) -> None:
         rows = await self._fetch("SELECT position, hash FROM events ORDER BY position DESC LIMIT 1")
-        if not rows:  # empty, or compacted down to nothing: the chain continues from the compaction anchor
-            rows = await self._fetch(
-                "SELECT cut_position, anchor_hash FROM compactions ORDER BY 1 DESC LIMIT 1"
-            )
         self._chain = Chain(int(rows[0][0]), str(rows[0][1])) if rows else Chain(0, GENESIS)
         await self._conn.rollback()
 
