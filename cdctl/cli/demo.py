@@ -209,7 +209,3 @@ def demo(nodes: int, keep: Path | None) -> None:
     click.echo(f"  cdctl verify --db {path}")
     if summary.left_prepared:
         raise SystemExit(1)
-
-
-def register(root: click.Group) -> None:
-    root.add_command(demo)

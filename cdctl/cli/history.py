@@ -233,8 +233,3 @@ def history(db: Path, subject: str, as_json: bool) -> None:
             return sorted(found, key=lambda e: e.position)
 
     _emit_events(run(main()), as_json)
-
-
-def register(root: click.Group) -> None:
-    for command in (events, sql, replay_command, verify, history):
-        root.add_command(command)

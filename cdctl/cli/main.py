@@ -1,28 +1,55 @@
-"""The `cdctl` console script: one click group, each area's commands in a module of its own.
+"""The `cdctl` console script: one click group whose commands load on first use.
 
-Called by the `cdctl` entry point (pyproject) and by `python -m cdctl`. Every command maps typed errors to a
+Called by the `cdctl` entry point (pyproject) and by `python -m cdctl`. A command's module is imported only
+when that command runs, so `cdctl daemon check` (a probe, every few seconds on every node) and the history
+commands do not pay for the Kubernetes client, gRPC and the simulator. Every command maps typed errors to a
 one-line message and a non-zero exit code (see cdctl.cli.errors); no traceback reaches the operator.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from cdctl import __version__
-from cdctl.cli import controller, demo, history, plugin, sim
+
+# command name -> (module, attribute): the whole command surface, in one place.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "controller": ("cdctl.cli.controller", "controller"),
+    "kubelet-plugin": ("cdctl.cli.plugin", "kubelet_plugin"),
+    "daemon": ("cdctl.cli.daemon", "daemon"),
+    "sim": ("cdctl.cli.sim", "sim"),
+    "demo": ("cdctl.cli.demo", "demo"),
+    "events": ("cdctl.cli.history", "events"),
+    "sql": ("cdctl.cli.history", "sql"),
+    "replay": ("cdctl.cli.history", "replay_command"),
+    "verify": ("cdctl.cli.history", "verify"),
+    "history": ("cdctl.cli.history", "history"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "CDCTL"})
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        command = getattr(importlib.import_module(target[0]), target[1])
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "CDCTL"}
+)
 @click.version_option(__version__, prog_name="cdctl")
 def cli() -> None:
     """Control plane for NVIDIA IMEX ComputeDomains, with an auditable event log."""
-
-
-history.register(cli)
-demo.register(cli)
-sim.register(cli)
-controller.register(cli)
-plugin.register(cli)
 
 
 def main() -> None:

@@ -160,3 +160,29 @@ def test_the_console_script_never_prints_a_traceback(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 3
     assert result.stderr.strip() == f"cdctl: error: {tmp_path / 'nope.db'}: no such event log"
+
+
+async def test_follow_prints_events_appended_by_another_process(tmp_path: Path) -> None:
+    import asyncio
+
+    from cdctl.domain.events import NewEvent
+    from cdctl.store import SqliteEventStore
+
+    path = tmp_path / "live.db"
+    async with await SqliteEventStore.open(path) as store:
+        await store.append("node/n1", [NewEvent("NodeObserved", {"n": 1})])
+        follower = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "cdctl", "events", "--db", str(path), "--follow", "--json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert follower.stdout is not None
+            async with asyncio.timeout(30):
+                first = json.loads(await follower.stdout.readline())
+                await store.append("node/n1", [NewEvent("NodeObserved", {"n": 2})])
+                second = json.loads(await follower.stdout.readline())
+        finally:
+            follower.terminate()
+            await follower.wait()
+    assert (first["position"], first["data"]) == (1, {"n": 1})
+    assert (second["position"], second["data"]) == (2, {"n": 2})
