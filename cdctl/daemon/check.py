@@ -1,0 +1,96 @@
+"""`cdctl daemon check`: the startup, liveness and readiness probe of an IMEX daemon pod.
+
+Called every few seconds on every node (by `cdctl daemon check` in cdctl.cli.daemon, and by the daemon's own
+readiness monitor), so it imports the standard library only. With an empty clique ID there is nothing to
+check (the node is outside any NVLink fabric). Otherwise it runs `nvidia-imex-ctl -c <imexd>/imexd.cfg -q`
+and succeeds only when the answer is exactly `READY`; any other answer, a non-zero exit, a missing binary or
+a timeout is a `NotReady` carrying what the daemon said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG_NAME = "imexd.cfg"  # the same name as cdctl.domain.imex.CONFIG_NAME, kept import-free here
+EMPTY_CLIQUE_MESSAGE = "check succeeded (noop, clique ID is empty)"
+READY_ANSWER = "READY"
+
+
+class NotReady(Exception):
+    """The local IMEX daemon is not ready; the message is one line for the kubelet's probe output."""
+
+    exit_code = 1
+
+    def __init__(self, output: str) -> None:
+        super().__init__(f"IMEX daemon not ready: {output}")
+        self.output = output
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSettings:
+    clique_id: str
+    imexd_dir: Path
+    ctl_binary: str = "nvidia-imex-ctl"
+    timeout_s: float = 10.0
+
+    @property
+    def config_path(self) -> Path:
+        return self.imexd_dir / CONFIG_NAME
+
+    def argv(self) -> list[str]:
+        return [self.ctl_binary, "-c", str(self.config_path), "-q"]
+
+
+def _one_line(text: str) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines() if line.strip()) or "(no output)"
+
+
+def _verdict(returncode: int, output: str) -> str:
+    if returncode != 0:
+        raise NotReady(f"nvidia-imex-ctl exited with {returncode}: {_one_line(output)}")
+    if output.strip() != READY_ANSWER:
+        raise NotReady(_one_line(output))
+    return READY_ANSWER
+
+
+def check(settings: CheckSettings) -> str:
+    """The probe, blocking: a success message, or NotReady."""
+    if not settings.clique_id:
+        return EMPTY_CLIQUE_MESSAGE
+    try:
+        done = subprocess.run(
+            settings.argv(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=settings.timeout_s,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise NotReady(f"{settings.ctl_binary} not found on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise NotReady(f"nvidia-imex-ctl did not answer within {settings.timeout_s:g}s") from None
+    return _verdict(done.returncode, done.stdout.decode(errors="replace"))
+
+
+async def check_async(settings: CheckSettings) -> str:
+    """The same probe without blocking the event loop (the daemon's readiness monitor)."""
+    if not settings.clique_id:
+        return EMPTY_CLIQUE_MESSAGE
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *settings.argv(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+    except FileNotFoundError:
+        raise NotReady(f"{settings.ctl_binary} not found on PATH") from None
+    try:
+        async with asyncio.timeout(settings.timeout_s):
+            output, _ = await process.communicate()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise NotReady(f"nvidia-imex-ctl did not answer within {settings.timeout_s:g}s") from None
+    assert process.returncode is not None
+    return _verdict(process.returncode, output.decode(errors="replace"))

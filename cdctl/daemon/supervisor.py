@@ -1,0 +1,150 @@
+"""Supervision of one `nvidia-imex -c <imexd>/imexd.cfg` child: start, restart with backoff, reload, stop.
+
+Used by cdctl.daemon.peers (first start, SIGUSR1 on peer changes in DNS-names mode, full restart in IP mode)
+and cdctl.daemon.app (stop on shutdown). A watcher task waits on the child: an exit nobody asked for is
+recorded (exit code or signal) and followed by a restart after an exponential backoff that starts at
+`backoff_s`, doubles up to `backoff_max_s`, and resets once a child has run for `stable_s`. The child
+inherits the daemon's stdout and stderr, as in the Go driver. `stop()` sends SIGTERM and waits for the exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from cdctl.domain.errors import PermanentError
+from cdctl.domain.events import DomainEvent
+from cdctl.domain.imex import ImexExited, ImexStarted, exit_description
+
+log = structlog.get_logger(__name__)
+Recorder = Callable[[DomainEvent], Awaitable[None]]
+
+
+class ImexSupervisor:
+    def __init__(
+        self,
+        argv: list[str],
+        node: str,
+        record: Recorder,
+        *,
+        backoff_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+        stable_s: float = 60.0,
+    ) -> None:
+        self.argv = argv
+        self.node = node
+        self.record = record
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self.stable_s = stable_s
+        self.process: asyncio.subprocess.Process | None = None
+        self.starts = 0
+        self.crashes = 0
+        self._started_at = 0.0
+        self._delay = backoff_s
+        self._watcher: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._stopping = False
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def ensure_started(self, reason: str) -> bool:
+        """Start the child unless it runs (or a restart is pending); True when this call started it."""
+        async with self._lock:
+            if self.running or self._restart_pending():
+                return False
+            await self._spawn(reason)
+            return True
+
+    async def restart(self, reason: str) -> None:
+        """Stop the child (SIGTERM, wait) and start a new one; errors here are fatal to the daemon."""
+        async with self._lock:
+            await self._terminate(reason)
+            await self._cancel_watcher()
+            await self._spawn(reason)
+
+    def reload(self) -> bool:
+        """SIGUSR1: re-read the node list and re-resolve names. False when no child runs to receive it."""
+        if not self.running:
+            return False
+        assert self.process is not None
+        try:
+            self.process.send_signal(signal.SIGUSR1)
+        except ProcessLookupError:
+            return False
+        return True
+
+    async def stop(self, reason: str = "daemon stopping") -> None:
+        async with self._lock:
+            self._stopping = True
+            await self._cancel_watcher()
+            await self._terminate(reason)
+
+    def _restart_pending(self) -> bool:
+        return self._watcher is not None and not self._watcher.done() and not self.running
+
+    async def _cancel_watcher(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is None or watcher is asyncio.current_task():
+            return
+        watcher.cancel()
+        await asyncio.wait([watcher])
+
+    async def _spawn(self, reason: str) -> None:
+        try:
+            process = await asyncio.create_subprocess_exec(*self.argv)
+        except OSError as exc:
+            raise PermanentError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from exc
+        self.process = process
+        self.starts += 1
+        self._started_at = time.monotonic()
+        log.info("IMEX daemon started", pid=process.pid, reason=reason)
+        await self.record(ImexStarted(self.node, process.pid, reason, self.starts))
+        self._watcher = asyncio.create_task(self._watch(process), name="imex-watchdog")
+
+    async def _terminate(self, reason: str) -> None:
+        process = self.process
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        returncode = await process.wait()
+        code, signame = exit_description(returncode)
+        log.info("IMEX daemon stopped", pid=process.pid, exit_code=code, signal=signame, reason=reason)
+        await self.record(ImexExited(self.node, process.pid, code, signame, True, reason))
+
+    async def _watch(self, process: asyncio.subprocess.Process) -> None:
+        returncode = await process.wait()
+        async with self._lock:
+            if self._stopping or self.process is not process:
+                return
+            ran_for = time.monotonic() - self._started_at
+            if ran_for >= self.stable_s:
+                self._delay = self.backoff_s
+            delay = self._delay
+            self._delay = min(self._delay * 2, self.backoff_max_s)
+            self.crashes += 1
+            code, signame = exit_description(returncode)
+            log.warning(
+                "IMEX daemon terminated unexpectedly; restarting",
+                pid=process.pid,
+                exit_code=code,
+                signal=signame,
+                restart_in_s=delay,
+            )
+            await self.record(
+                ImexExited(self.node, process.pid, code, signame, False, "unexpected exit", delay)
+            )
+        await asyncio.sleep(delay)
+        async with self._lock:
+            if self._stopping or self.process is not process:
+                return
+            self._watcher = None
+            await self._spawn(f"restart after unexpected exit #{self.crashes}")
