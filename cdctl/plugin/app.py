@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import structlog
 
 from cdctl.api import gates as fg
-from cdctl.domain.errors import CdctlError, PermanentError
+from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import Actor
 from cdctl.k8s import nodes, plugincluster
 from cdctl.k8s.discovery import discover_resource_version
@@ -37,6 +39,7 @@ from cdctl.store import SqliteEventStore
 
 log = structlog.get_logger("cdctl.plugin.app")
 
+T = TypeVar("T")
 IMEX_BINARIES = ("nvidia-imex", "nvidia-imex-ctl")
 BIN_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "opt/bin")
 
@@ -100,6 +103,24 @@ def base_edits(cfg: PluginConfig) -> cdi.ContainerEdits:
     return cdi.ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=void",), mounts=tuple(mounts))
 
 
+async def with_retries(what: str, call: Callable[[], Awaitable[T]], budget_s: float = 60.0) -> T:
+    """Start-up steps that may fail transiently (API server busy, event log locked): retry with backoff."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + budget_s
+    delay = 0.1
+    while True:
+        try:
+            return await call()
+        except (RetriableError, KubeApiError) as exc:
+            if isinstance(exc, KubeApiError) and not exc.retriable:
+                raise
+            if loop.time() + delay > deadline:
+                raise
+            log.warning(f"{what} failed; retrying", error=str(exc), delay=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
 def probe_fabric(lib: nvml.DeviceLib, strict: bool) -> nvml.CliqueDiscovery:
     found = nvml.discover_clique(lib.probe(), strict=strict)
     for note in found.notes:
@@ -158,14 +179,17 @@ class PluginProcess:
                     "570.158.01); set featureGates.IMEXDaemonsWithDNSNames=false"
                 )
             log.info("driver version validation passed", version=version)
-        self.store = await SqliteEventStore.open(cfg.db_path)
+        self.store = await with_retries("opening the event log", lambda: SqliteEventStore.open(cfg.db_path))
         book = await ClaimBook.load(self.store, cfg.node_name, Actor("kubelet-plugin", node=cfg.node_name))
         invalidated = await book.observe_boot(read_boot_id(cfg.boot_id_path), self.fabric.clique_id)
         cdi.write_spec(cdi.base_spec_path(cfg.cdi_root), cdi.build_base_spec(base_edits(cfg)))
         self.api = await plugincluster.connect(cfg.kubeconfig, cfg.kube_api_qps, cfg.kube_api_burst)
-        node_obj = await nodes.get_node(self.api, cfg.node_name)
+        api = self.api
+        node_obj = await with_retries("reading the Node", lambda: nodes.get_node(api, cfg.node_name))
         node_uid = str(node_obj["metadata"]["uid"])
-        version = await discover_resource_version(self.api, cfg.resource_api_version)
+        version = await with_retries(
+            "discovering resource.k8s.io", lambda: discover_resource_version(api, cfg.resource_api_version)
+        )
         self.cluster = plugincluster.KubeClusterPort(
             self.api, resource_version=version, driver_namespace=cfg.namespace, node_uid=node_uid,
             use_cliques=cfg.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES),
