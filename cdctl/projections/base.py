@@ -20,12 +20,37 @@ View = Mapping[Key, Row]
 
 
 class Change(NamedTuple):
-    """Set `key` to `row` (None deletes it). A NamedTuple: folds build millions of these on replay."""
+    """Set `key` to `row` (None deletes it). A NamedTuple: folds build millions of these on replay.
+
+    A `partial` change carries only some columns and updates the persisted row if there is one (never
+    retained): how a late event about a finished claim reaches its history row without the view keeping it.
+    """
 
     key: Key
     row: Row | None
     persist: bool = True
     retain: bool = True
+    partial: bool = False
+
+
+def merge_change(earlier: Change | None, later: Change) -> Change:
+    """Two persisted changes to one key within a batch, as one (a partial one updates what came before)."""
+    if earlier is None or not later.partial:
+        return later
+    if earlier.row is None:
+        return earlier  # deleted: a partial update has no row to touch
+    return earlier._replace(row={**earlier.row, **(later.row or {})})
+
+
+def apply_to_table(table: dict[Key, Row], change: Change) -> None:
+    """A persisted change applied to an in-memory image of the table (replay, verify, the memory sink)."""
+    if change.row is None:
+        table.pop(change.key, None)
+    elif change.partial:
+        if change.key in table:
+            table[change.key] = {**table[change.key], **change.row}
+    else:
+        table[change.key] = change.row
 
 
 class Projection(abc.ABC):

@@ -55,14 +55,25 @@ class ClaimLifecycle(Projection):
             return []
         at = format_time(event.recorded_at)
         old = view.get((uid,))
+        data = event.data
+        if old is None and event.type != ClaimPrepareStarted.TYPE:
+            # Not live here (never prepared, or already unprepared and out of the view). Only a fenced
+            # prepare says something new about it: it lands on the history row, if there is one.
+            if event.type != ClaimPrepareFenced.TYPE:
+                return []
+            fenced = {
+                "outcome": "fenced",
+                "last_error": str(data.get("reason", "")),
+                "position": event.position,
+            }
+            return [Change((uid,), fenced, retain=False, partial=True)]
         row: Row = dict(old) if old else {c: "" for c in self.columns} | {"claim_uid": uid}
         row.update(position=event.position, outcome=_OUTCOME[event.type])
         row["state"] = TARGET_STATE.get(event.type, row["state"] or "") or row["state"]
-        data = event.data
         if event.type == ClaimPrepareStarted.TYPE:
             for field in ("namespace", "name", "domain_uid", "node", "kind"):
                 row[field] = data.get(field, row[field]) or row[field]
-            if not old or old["state"] in ("Unprepared", "Invalidated"):
+            if not old or old["state"] == "Invalidated":
                 row.update(requested_at=at, prepared_at=None, unprepared_at=None, last_error="")
         elif event.type == ClaimPrepareCompleted.TYPE:
             row.update(prepared_at=at, last_error="")
@@ -72,11 +83,15 @@ class ClaimLifecycle(Projection):
             row["last_error"] = str(data.get("reason", ""))
         for time_field in ("requested_at", "prepared_at", "unprepared_at"):
             row[time_field] = row[time_field] or None
-        return [Change((uid,), row)]
+        # The live view holds claims that still hold something on the node; history stays in the table.
+        return [Change((uid,), row, retain=row["state"] != "Unprepared")]
 
 
 class ChannelAllocations(Projection):
-    """Every channel ever allocated on a node, to which claim, and when it was released."""
+    """Every channel ever allocated on a node, to which claim, and when it was released.
+
+    The live view holds open allocations (and an index of them per claim); released ones live in the table.
+    """
 
     name = table = "channel_allocations"
     columns = ("node", "channel", "claim_uid", "domain_uid", "allocated_at", "released_at", "position")
@@ -110,7 +125,8 @@ class ChannelAllocations(Projection):
             open_key = tuple(key_list)
             open_row = view.get(open_key)
             if open_row is not None and open_row["released_at"] is None:
-                changes.append(Change(open_key, {**open_row, "released_at": at, "position": event.position}))
+                released = {**open_row, "released_at": at, "position": event.position}
+                changes.append(Change(open_key, released, retain=False))  # history: the table keeps it
         if keys:
             uid = str(keys[0][2])
             remaining = [k for k in view.get(("open", uid), {"keys": []})["keys"] if k not in keys]
@@ -119,7 +135,10 @@ class ChannelAllocations(Projection):
 
 
 class CheckpointTransitions(Projection):
-    """Every state change of every claim, in log order: the audit trail that replaces checkpoint.json."""
+    """Every state change of every claim, in log order: the audit trail that replaces checkpoint.json.
+
+    `from_state` is empty when the claim held nothing before: new here, or unprepared earlier.
+    """
 
     name = table = "checkpoint_transitions"
     columns = ("position", "claim_uid", "from_state", "to_state", "at", "reason")
@@ -131,14 +150,16 @@ class CheckpointTransitions(Projection):
         uid = _claim_uid(event)
         if target is None or uid is None:
             return []
+        # An unprepared claim leaves the view, so its next transition starts from "" (holds nothing).
         last = view.get(("last", uid), {"state": ""})["state"]
         row = {
             "position": event.position, "claim_uid": uid, "from_state": last, "to_state": str(target),
             "at": format_time(event.recorded_at), "reason": str(event.data.get("reason", "")),
         }  # fmt: skip
+        live = None if target == "Unprepared" else {"state": str(target)}
         return [
             Change((event.position,), row, retain=False),
-            Change(("last", uid), {"state": str(target)}, persist=False),
+            Change(("last", uid), live, persist=False),
         ]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from cdctl.domain import hashchain
 from cdctl.domain.events import RecordedEvent
-from cdctl.projections.base import Key, Projection, Router, Row
+from cdctl.projections.base import Key, Projection, Router, Row, apply_to_table
 from cdctl.projections.sinks import ViewSink
 from cdctl.store.base import EventStore
 from cdctl.store.sqlite import SqliteEventStore
@@ -40,8 +40,11 @@ class Rebuild:
                 if upto is not None and event.position > upto.get(projection.name, 0):
                     continue
                 view, table = views[projection.name], tables[projection.name]
-                for key, row, persist, retain in projection.fold(view, event):
-                    if retain:
+                for change in projection.fold(view, event):
+                    key, row, persist, retain, partial = change
+                    if partial:
+                        pass
+                    elif retain:
                         if row is None:
                             view.pop(key, None)
                         else:
@@ -49,10 +52,7 @@ class Rebuild:
                     elif key in view:
                         del view[key]
                     if persist:
-                        if row is None:
-                            table.pop(key, None)
-                        else:
-                            table[key] = row
+                        apply_to_table(table, change)
             self.position = event.position
 
 

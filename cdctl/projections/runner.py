@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 
 from cdctl.domain.events import RecordedEvent
-from cdctl.projections.base import Change, Key, Projection, Row
+from cdctl.projections.base import Change, Key, Projection, Row, merge_change
 from cdctl.projections.sinks import ViewSink, encode_snapshot, sink_for
 from cdctl.store.base import EventStore
 
@@ -43,6 +43,8 @@ class Overlay(Mapping[Key, Row]):
         return sum(1 for _ in self)
 
     def apply(self, change: Change) -> None:
+        if change.partial:
+            return  # a partial change only ever touches the persisted table
         if change.retain:
             self.changes[change.key] = _DELETED if change.row is None else change.row
         elif change.key in self.base or change.key in self.changes:
@@ -55,6 +57,8 @@ def fold_into(projection: Projection, view: dict[Key, Row], events: Sequence[Rec
         if not projection.wants(event):
             continue
         for change in projection.fold(view, event):
+            if change.partial:
+                continue
             if change.retain and change.row is not None:
                 view[change.key] = change.row
             elif change.key in view:
@@ -134,7 +138,7 @@ class ProjectionRunner:
                 for change in projection.fold(overlay, event):
                     overlay.apply(change)
                     if change.persist:
-                        last[change.key] = change
+                        last[change.key] = merge_change(last.get(change.key), change)
             persisted.append((projection, list(last.values())))
             end = max(start, events[-1].position)
             positions[name] = end

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from cdctl.projections.base import Change, Key, Projection, Row
+from cdctl.projections.base import Change, Key, Projection, Row, apply_to_table
 from cdctl.store.sealing import format_time, utc_now
 from cdctl.store.sqlite import SqliteEventStore
 
@@ -72,10 +72,7 @@ class MemorySink:
         for projection, batch in changes:
             table = tables.setdefault(projection.table, {})
             for change in batch:
-                if change.row is None:
-                    table.pop(change.key, None)
-                else:
-                    table[change.key] = change.row
+                apply_to_table(table, change)
         self.tables = tables
         self.positions.update(positions)
         for name, (position, state) in snapshots.items():
@@ -125,14 +122,22 @@ class SqliteSink:
         self, conn: AsyncConnection, projection: Projection, batch: Sequence[Change]
     ) -> None:
         cols = projection.columns
-        upserts = [tuple(c.row[col] for col in cols) for c in batch if c.row is not None]
+        upserts = [tuple(c.row[col] for col in cols) for c in batch if c.row is not None and not c.partial]
         deletes = [c.key for c in batch if c.row is None]
+        where = " AND ".join(f"{col} = ?" for col in projection.key_columns)
+        for change in batch:
+            if change.partial and change.row is not None:
+                fields = [col for col in change.row if col not in projection.key_columns]
+                assignments = ", ".join(f"{col} = ?" for col in fields)
+                params = (*(change.row[col] for col in fields), *change.key)
+                await conn.exec_driver_sql(
+                    f"UPDATE {projection.table} SET {assignments} WHERE {where}", params
+                )
         if upserts:
             marks = ",".join("?" * len(cols))
             sql = f"INSERT OR REPLACE INTO {projection.table} ({','.join(cols)}) VALUES ({marks})"
             await conn.exec_driver_sql(sql, upserts)
         if deletes:
-            where = " AND ".join(f"{col} = ?" for col in projection.key_columns)
             await conn.exec_driver_sql(f"DELETE FROM {projection.table} WHERE {where}", deletes)
 
     async def _write_positions(self, conn: AsyncConnection, positions: dict[str, int]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cdctl.domain.claims import ClaimPrepareFenced, claim_stream
 from cdctl.domain.events import NewEvent
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import replay
@@ -26,8 +27,10 @@ async def test_claim_lifecycle_follows_prepare_and_unprepare(store: EventStore) 
     assert row["requested_at"] and row["prepared_at"] and row["unprepared_at"] is None
     await unprepare(store, "u1")
     await runner.catch_up()
-    row = runner.view("claim_lifecycle")[("u1",)]
+    assert ("u1",) not in runner.view("claim_lifecycle")  # the live view holds what the node still holds
+    [row] = (await replay(store, lifecycle_projections())).tables["claim_lifecycle"]
     assert row["state"] == "Unprepared" and row["unprepared_at"] is not None and row["position"] == 4
+    assert row["requested_at"] and row["prepared_at"] and row["node"] == "n7"
 
 
 async def test_failures_keep_the_last_error(store: EventStore) -> None:
@@ -44,9 +47,9 @@ async def test_channel_allocations_are_released_by_unprepare(store: EventStore) 
     assert (row["node"], row["channel"], row["claim_uid"], row["released_at"]) == ("n1", 0, "u1", None)
     await unprepare(store, "u1")
     await runner.catch_up()
-    rows = [r for k, r in runner.view("channel_allocations").items() if k[0] != "open"]
-    assert len(rows) == 1 and rows[0]["released_at"] is not None
-    assert ("open", "u1") not in runner.view("channel_allocations")
+    assert dict(runner.view("channel_allocations")) == {}  # nothing open
+    [row] = (await replay(store, lifecycle_projections())).tables["channel_allocations"]
+    assert row["released_at"] is not None and row["allocated_at"] is not None
 
 
 async def test_checkpoint_transitions_record_from_and_to(store: EventStore) -> None:
@@ -54,8 +57,7 @@ async def test_checkpoint_transitions_record_from_and_to(store: EventStore) -> N
     await prepare(store, "u3")
     await unprepare(store, "u3")
     runner = await runner_for(store)
-    last = runner.view("checkpoint_transitions")[("last", "u3")]
-    assert last == {"state": "Unprepared"}
+    assert ("last", "u3") not in runner.view("checkpoint_transitions")
     result = await replay(store, lifecycle_projections())
     transitions = [(r["from_state"], r["to_state"]) for r in result.tables["checkpoint_transitions"]]
     assert transitions == [
@@ -74,3 +76,34 @@ async def test_domain_history_has_every_domain_event(store: EventStore) -> None:
         ("d1", "ComputeDomainObserved", 1), ("d1", "WorkloadTemplateCreated", 3),
     ]  # fmt: skip
     assert rows[0]["namespace"] == "ns" and rows[0]["name"] == "cd"
+
+
+async def test_a_prepare_fenced_after_unprepare_lands_on_the_history_row(store: EventStore) -> None:
+    await prepare(store, "u4")
+    await unprepare(store, "u4")
+    await store.append(
+        claim_stream("u4"), [NewEvent.of(ClaimPrepareFenced("u4", "a1", "allocation a1 was unprepared"))]
+    )
+    await store.append(claim_stream("u9"), [NewEvent.of(ClaimPrepareFenced("u9", "a1", "never prepared"))])
+    runner = await runner_for(store)
+    assert dict(runner.view("claim_lifecycle")) == {}
+    rows = {
+        r["claim_uid"]: r for r in (await replay(store, lifecycle_projections())).tables["claim_lifecycle"]
+    }
+    assert set(rows) == {"u4"}  # no history row is invented for a claim this node never prepared
+    assert rows["u4"]["outcome"] == "fenced" and rows["u4"]["last_error"] == "allocation a1 was unprepared"
+    assert rows["u4"]["state"] == "Unprepared" and rows["u4"]["node"] == "n1" and rows["u4"]["position"] == 5
+
+
+async def test_a_claim_prepared_again_after_unprepare_gets_a_fresh_request(store: EventStore) -> None:
+    await prepare(store, "u5")
+    await unprepare(store, "u5")
+    await prepare(store, "u5", node="n2")
+    runner = await runner_for(store)
+    row = runner.view("claim_lifecycle")[("u5",)]
+    assert row["state"] == "PrepareCompleted" and row["node"] == "n2" and row["unprepared_at"] is None
+    transitions = (await replay(store, lifecycle_projections())).tables["checkpoint_transitions"]
+    assert [(t["from_state"], t["to_state"]) for t in transitions][3:5] == [
+        ("", "PrepareStarted"),
+        ("PrepareStarted", "PrepareCompleted"),
+    ]
