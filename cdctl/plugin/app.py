@@ -5,8 +5,9 @@ discovery (a fabric that is not COMPLETED under CrashOnNVLinkFabricErrors does n
 without `channel-0`, says why in the log and in an Event on the Node, and re-probes), the driver-version
 rule of IMEXDaemonsWithDNSNames, the event log (rebuild, boot id), the base CDI spec, the cluster adapter,
 the gRPC servers (DRA first, then registration, then health), then the loops: ResourceSlice publishing
-(after each registration, when the slice changes or vanishes, and periodically), fabric re-probe, and the
-stale-claim and domain-directory sweeps. Stops cleanly when `stop` is set.
+(after each registration, when the slice changes or vanishes, and periodically), fabric re-probe, the
+stale-claim and domain-directory sweeps, and the projection runner that keeps this log's read models
+(claim_lifecycle, channel_allocations, checkpoint_transitions) current. Stops cleanly when `stop` is set.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from cdctl.plugin.devices import DRIVER_NAME
 from cdctl.plugin.driver import Driver
 from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths
+from cdctl.projections.lifecycle import lifecycle_projections
+from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore
 
 log = structlog.get_logger("cdctl.plugin.app")
@@ -67,6 +70,7 @@ class PluginConfig:
     fabric_reprobe_s: float = 30.0
     resync_s: float = 60.0
     sweep_s: float = 600.0
+    projection_batch_s: float = 0.2
 
     @property
     def plugin_dir(self) -> Path:
@@ -143,6 +147,7 @@ class PluginProcess:
         self.cluster: plugincluster.KubeClusterPort | None = None
         self.servers: PluginServers | None = None
         self.state: DeviceState | None = None
+        self.runner: ProjectionRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -180,6 +185,8 @@ class PluginProcess:
                 )
             log.info("driver version validation passed", version=version)
         self.store = await with_retries("opening the event log", lambda: SqliteEventStore.open(cfg.db_path))
+        self.runner = ProjectionRunner(self.store, lifecycle_projections())
+        await self.runner.start()
         book = await ClaimBook.load(self.store, cfg.node_name, Actor("kubelet-plugin", node=cfg.node_name))
         invalidated = await book.observe_boot(read_boot_id(cfg.boot_id_path), self.fabric.clique_id)
         cdi.write_spec(cdi.base_spec_path(cfg.cdi_root), cdi.build_base_spec(base_edits(cfg)))
@@ -224,6 +231,7 @@ class PluginProcess:
             asyncio.create_task(self._publish_loop(publisher), name="slice-publisher"),
             asyncio.create_task(self._watch_slices(version), name="slice-watch"),
             asyncio.create_task(self._sweep_loop(), name="claim-sweep"),
+            asyncio.create_task(self._project_loop(), name="projections"),
         ]
         if found.pending:
             self._tasks.append(asyncio.create_task(self._reprobe_loop(lib, strict), name="fabric-reprobe"))
@@ -271,6 +279,15 @@ class PluginProcess:
                 self.fabric.pending = found.pending
                 log.warning("NVLink fabric still not ready", reason=found.pending)
 
+    async def _project_loop(self) -> None:
+        """Keep claim_lifecycle and the other read models of this log current, a batch at a time (the
+        short pause lets a burst of prepares share one view transaction instead of one each)."""
+        assert self.runner is not None and self.store is not None
+        while True:
+            position = await self.runner.catch_up()
+            await self.store.wait_beyond(position)
+            await asyncio.sleep(self.cfg.projection_batch_s)
+
     async def _sweep_loop(self) -> None:
         assert self.state is not None
         while True:
@@ -294,5 +311,8 @@ class PluginProcess:
         if self.api is not None:
             await plugincluster.disconnect(self.api)
         if self.store is not None:
+            if self.runner is not None:
+                with contextlib.suppress(CdctlError):
+                    await self.runner.catch_up()  # leave the read models current for `cdctl sql`
             await self.store.close()
         log.info("kubelet plugin stopped")

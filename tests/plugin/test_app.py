@@ -1,5 +1,6 @@
 """The whole plugin process against the simulated API server: slice publishing, the fabric that completes
-late (no channel-0 until then, Node events), and re-publishing a slice that disappears."""
+late (no channel-0 until then, Node events), re-publishing a slice that disappears, and a prepare through
+the socket that ends up as a claim_lifecycle row."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from grpclib.client import Channel
+
+from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.k8s.rest import KubeApi
 from cdctl.plugin import nvml
 from cdctl.plugin.app import PluginConfig, PluginProcess
 from cdctl.sim.server import ApiServer
+from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import SIM_NODE as NODE
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -86,3 +91,100 @@ async def test_late_fabric_and_lost_slice(env: tuple[ApiServer, KubeApi, Path]) 
         stop.set()
         await task
     assert not process.servers.paths.registration.exists()  # deregistered on stop
+
+
+async def seed_claim(api: KubeApi, clique: str) -> tuple[str, str]:
+    """A ComputeDomain whose clique lists this node's daemon as Ready, and an allocated channel claim."""
+    base = "/apis/resource.nvidia.com/v1beta1/namespaces/default"
+    cd = await api.create(
+        f"{base}/computedomains",
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomain",
+            "metadata": {"name": "cd"},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": "cd-ch"}}},
+        },
+    )
+    uid = cd["metadata"]["uid"]
+    daemon = {"nodeName": NODE, "ipAddress": "10.0.0.1", "cliqueID": clique, "index": 0, "status": "Ready"}
+    await api.create(
+        f"{base}/computedomaincliques",
+        {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomainClique",
+            "metadata": {"name": f"{uid}.{clique}"},
+            "daemons": [daemon],
+        },
+    )
+    claims = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+    claim = await api.create(
+        claims,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "rc"},
+            "spec": {"devices": {"requests": [{"name": "channel", "exactly": {"deviceClassName": "x"}}]}},
+        },
+    )
+    params = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomainChannelConfig",
+        "domainID": uid,
+    }
+    result = {
+        "request": "channel",
+        "driver": "compute-domain.nvidia.com",
+        "pool": NODE,
+        "device": "channel-0",
+    }
+    config = {
+        "source": "FromClaim",
+        "requests": ["channel"],
+        "opaque": {"driver": result["driver"], "parameters": params},
+    }
+    claim["status"] = {"allocation": {"devices": {"results": [result], "config": [config]}}}
+    await api.replace(f"{claims}/rc/status", claim)
+    return uid, claim["metadata"]["uid"]
+
+
+async def test_prepare_through_the_socket_lands_in_claim_lifecycle(
+    env: tuple[ApiServer, KubeApi, Path],
+) -> None:
+    _, api, base = env
+    domain_uid, claim_uid = await seed_claim(api, f"{U}.7")
+    cfg = config(base)
+    stop = asyncio.Event()
+    process = PluginProcess(cfg, device_lib=nvml.FakeDeviceLib(cluster_uuid=U, clique_id=7))
+    task = asyncio.create_task(process.run(stop))
+    try:
+        await until(lambda: slice_devices(api), "slice")
+        assert process.servers is not None
+        channel = Channel(path=str(process.servers.paths.dra))
+        try:
+            stub = v1.DraPluginStub(channel)
+            ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
+            resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
+            assert resp.claims[claim_uid].error == ""
+            assert resp.claims[claim_uid].devices[0].cdi_device_ids == [
+                f"k8s.compute-domain.nvidia.com/claim={claim_uid}-channel-0"
+            ]
+            node = await api.get(f"/api/v1/nodes/{NODE}")
+            assert node["metadata"]["labels"]["resource.nvidia.com/computeDomain"] == domain_uid
+            unresp = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))
+            assert unresp.claims[claim_uid].error == ""
+        finally:
+            channel.close()
+    finally:
+        stop.set()
+        await task
+    store = await SqliteEventStore.open(cfg.db_path, read_only=True)
+    try:
+        rows = await store.query(
+            "SELECT namespace, name, domain_uid, node, state, requested_at IS NOT NULL,"
+            " prepared_at IS NOT NULL, unprepared_at IS NOT NULL, last_error"
+            " FROM claim_lifecycle WHERE claim_uid = ?",
+            (claim_uid,),
+        )
+    finally:
+        await store.close()
+    assert [tuple(r) for r in rows] == [("default", "rc", domain_uid, NODE, "Unprepared", 1, 1, 1, "")]
