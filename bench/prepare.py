@@ -4,7 +4,8 @@ Runs the real plugin pieces (gRPC server, prepare path, SQLite event log, CDI wr
 against the simulated API server on loopback (`cdctl sim apiserver`, a separate process like a real one),
 with the readiness condition already met (the domain's clique
 lists this node's daemon as Ready). Each claim is prepared and then unprepared, one after the other (a node
-has one channel-0). Runs twice: event log on tmpfs (/dev/shm) and on disk. Prints the figures and writes
+has one channel-0). Runs twice: event log on tmpfs (/dev/shm) and on disk. The projection runner
+follows the log as in the plugin process. Prints the figures and writes
 bench/results/prepare.json.
 
     .venv/bin/python bench/prepare.py [--claims 1000]
@@ -37,6 +38,8 @@ from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.driver import Driver
 from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths
+from cdctl.projections.lifecycle import lifecycle_projections
+from cdctl.projections.runner import ProjectionRunner
 from cdctl.sim.chart import crds
 from cdctl.store import SqliteEventStore
 
@@ -127,6 +130,13 @@ async def sim_apiserver(kubeconfig: Path) -> AsyncIterator[Path]:
         await proc.wait()
 
 
+async def follow(runner: ProjectionRunner, store: SqliteEventStore) -> None:
+    while True:
+        position = await runner.catch_up()
+        await store.wait_beyond(position)
+        await asyncio.sleep(0.2)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -140,6 +150,7 @@ async def run(log_dir: Path, claims: int) -> dict[str, Any]:
             api = await connect(str(kubeconfig), 0, 0)
             store = None
             servers = None
+            projecting: asyncio.Task[None] | None = None
             cluster = None
             try:
                 await seed(api, claims)
@@ -149,6 +160,9 @@ async def run(log_dir: Path, claims: int) -> dict[str, Any]:
                 )
                 cluster.start(NODE)
                 store = await SqliteEventStore.open(log_dir / "events.db")
+                runner = ProjectionRunner(store, lifecycle_projections())  # as in the plugin process
+                await runner.start()
+                projecting = asyncio.create_task(follow(runner, store))
                 book = await ClaimBook.load(store, NODE)
                 settings = PrepareSettings(
                     node=NODE,
@@ -183,6 +197,10 @@ async def run(log_dir: Path, claims: int) -> dict[str, Any]:
             finally:
                 if servers is not None:
                     await servers.close()
+                if projecting is not None:
+                    projecting.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await projecting
                 if store is not None:
                     await store.close()
                 if cluster is not None:
