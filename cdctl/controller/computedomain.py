@@ -89,12 +89,17 @@ class ComputeDomainReconciler:
         return cached if cached is not None and cached["metadata"].get("uid") == state.uid else cd
 
     async def teardown(self, state: DomainState, cd: JsonObject | None) -> None:
+        """The reference's delete flow; the view is read again after each step that wrote."""
+        uid = state.uid
         await self.templates.delete(state, TARGET_WORKLOAD)
         await self.daemon_sets.delete(state)
-        await self.node_labels.remove(state.uid)
+        await self.node_labels.remove(uid)
+        state = self.ctx.view.domain(uid)
         await self.templates.remove_finalizers(state, TARGET_WORKLOAD)
+        state = self.ctx.view.domain(uid)
         self._assert_gone(self.templates.remaining(state, TARGET_WORKLOAD), "workload ResourceClaimTemplate")
         await self.daemon_sets.remove_finalizers(state)
+        state = self.ctx.view.domain(uid)
         self._assert_gone(self.daemon_sets.remaining(state), "daemon objects")
         await self.cliques.delete_all(state)
         if cd is None:

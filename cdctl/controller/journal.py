@@ -1,11 +1,15 @@
-"""Records what the controller observes and does as events in stream `domain/<uid>`, and folds them.
+"""Records what the controller observes and does as events in stream `domain/<uid>`, and projects them.
 
 Informer observations are queued and written in batches (one `append_batch` per burst, each event carrying the
-object's (uid, resourceVersion) so the store records it once), then folded into the `DomainView` and reported
-to `on_change` (which enqueues the domain). The objects themselves are kept in an object cache for request
-bodies. A write's response is ingested the same way (`observe_written`), so the controller reads its own
-writes at once and the watch event that follows is a duplicate. Without a store the same events are folded
-unrecorded. Used by cdctl.controller.manager (observations) and cdctl.controller.actions (actions).
+object's (uid, resourceVersion) so the store records it once). Each batch the store wrote is folded into the
+controller's projection (cdctl.controller.view, the pure fold of the cdctl.projections contract) before
+`on_change` enqueues the domains concerned; observations of one object all pass through the one ingest
+loop, so they fold in log order. With a log file, the shared ProjectionRunner keeps its `domain_history`
+table (for `cdctl sql` and `cdctl verify`) exactly once, in the background. The objects themselves are kept
+in an object cache for request bodies. A write's response is ingested the same way (`observe_written`), so
+the controller reads its own writes at once and the watch event that follows is a duplicate. Without a log
+file the events go to an in-memory store (tests and demos: it only grows). On start, `replay` folds the log.
+Used by cdctl.controller.manager (observations) and cdctl.controller.actions (actions).
 """
 
 from __future__ import annotations
@@ -15,23 +19,34 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from cdctl.controller.observations import domain_uid_of, to_event
-from cdctl.controller.view import DomainView
+from cdctl.controller.view import OBSERVATIONS, DomainProjection, DomainView
 from cdctl.domain.computedomains import domain_stream
-from cdctl.domain.events import Actor, DomainEvent, NewEvent, ObservedVersion, decode
+from cdctl.domain.events import Actor, DomainEvent, NewEvent, ObservedVersion
 from cdctl.k8s.informer import Change, Observation, is_stale
 from cdctl.k8s.resources import ResourceType
+from cdctl.projections.base import Key, Row
+from cdctl.projections.lifecycle import DomainHistory
+from cdctl.projections.runner import ProjectionRunner, fold_into
 from cdctl.store.base import EventStore, StreamAppend
+from cdctl.store.memory import InMemoryEventStore
+from cdctl.store.sqlite import SqliteEventStore
 
 JsonObject = dict[str, Any]
+HISTORY_QUIET_S = 1.0
+HISTORY_MAX_LAG = 100_000
 CacheKey = tuple[str, str, str]  # plural, namespace, name
 
 
 class Journal:
-    def __init__(
-        self, view: DomainView, store: EventStore | None, actor: Actor, on_change: Callable[[str], None]
-    ) -> None:
-        self.view = view
-        self.store = store
+    def __init__(self, store: EventStore | None, actor: Actor, on_change: Callable[[str], None]) -> None:
+        self.store: EventStore = store if store is not None else InMemoryEventStore()
+        self.projection = DomainProjection()
+        self.rows: dict[Key, Row] = {}
+        self.view = DomainView(lambda: self.rows)
+        # The queryable history of the log file (`cdctl sql`, `cdctl verify`), kept by the shared runner.
+        self.history = (
+            ProjectionRunner(self.store, [DomainHistory()]) if isinstance(store, SqliteEventStore) else None
+        )
         self.actor = actor
         self.on_change = on_change
         self._objects: dict[CacheKey, JsonObject] = {}
@@ -39,23 +54,19 @@ class Journal:
         self._pending: list[tuple[Observation | None, asyncio.Future[None] | None]] = []
         self._wake = asyncio.Event()
         self.recorded = 0
+        self._last_append = 0.0
         self.replayed = 0
 
     async def replay(self) -> int:
-        """Fold the whole log into the view (at start, before the informers' first listing)."""
-        if self.store is None:
-            return 0
-        position, count = 0, 0
-        while True:
-            events = await self.store.read_all(after=position, limit=5000)
-            if not events:
-                self.replayed = count
-                return count
-            for recorded in events:
-                if recorded.stream.startswith("domain/"):
-                    self.view.apply(decode(recorded))
-                    count += 1
-                position = recorded.position
+        """Fold the log into the projection before the informers' first listing; how many events it read."""
+        if self.history is not None:
+            await self.history.start()
+        position = 0
+        while events := await self.store.read_all(after=position, limit=5000):
+            fold_into(self.projection, self.rows, events)
+            position = events[-1].position
+        self.replayed = position
+        return position
 
     def cached(self, resource: ResourceType, namespace: str | None, name: str) -> JsonObject | None:
         """The last observed state of an object (the body a write starts from)."""
@@ -90,7 +101,34 @@ class Journal:
         await self._append([(domain_uid, event, None) for event in events])
 
     async def run(self) -> None:
-        """Write queued observations in batches until cancelled."""
+        """Write queued observations in batches, and keep the history table, until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            if self.history is not None:
+                group.create_task(self._keep_history(self.history))
+            group.create_task(self._write_observations())
+
+    async def _keep_history(self, history: ProjectionRunner) -> None:
+        """Follow the log with the history table when the journal has been quiet for `HISTORY_QUIET_S`.
+
+        Keeping the table costs about as much CPU per event as deciding on it, so a burst (a thousand domains
+        created at once) is handled first and recorded in the table a moment later; a backlog beyond
+        `HISTORY_MAX_LAG` events is caught up regardless.
+        """
+        while True:
+            await self.store.wait_beyond(history.position)
+            await self._quiet_or_lagging(history)
+            await history.catch_up()
+
+    async def _quiet_or_lagging(self, history: ProjectionRunner) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if loop.time() - self._last_append >= HISTORY_QUIET_S:
+                return
+            if self.store.head() - history.position >= HISTORY_MAX_LAG:
+                return
+            await asyncio.sleep(HISTORY_QUIET_S)
+
+    async def _write_observations(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -172,23 +210,15 @@ class Journal:
     async def _append(self, entries: list[tuple[str, DomainEvent, ObservedVersion | None]]) -> None:
         if not entries:
             return
-        if self.store is not None:
-            streams: dict[str, list[NewEvent]] = {}
-            for uid, event, observed in entries:
-                streams.setdefault(domain_stream(uid), []).append(
-                    NewEvent.of(event, actor=self.actor, observed=observed)
-                )
-            written = await self.store.append_batch(
-                [StreamAppend(s, events) for s, events in streams.items()]
+        streams: dict[str, list[NewEvent]] = {}
+        for uid, event, observed in entries:
+            streams.setdefault(domain_stream(uid), []).append(
+                NewEvent.of(event, actor=self.actor, observed=observed)
             )
-            self.recorded += len(written)
-            events = [decode(recorded) for recorded in written]
-        else:
-            events = [event for _, event, _ in entries]
-        changed: dict[str, None] = {}
-        for event in events:
-            concerned = self.view.apply(event)
-            if concerned is not None:
-                changed[concerned] = None
-        for concerned in changed:
-            self.on_change(concerned)
+        self._last_append = asyncio.get_running_loop().time()
+        written = await self.store.append_batch([StreamAppend(s, events) for s, events in streams.items()])
+        self.recorded += len(written)
+        fold_into(self.projection, self.rows, written)
+        changed = list(dict.fromkeys(e.stream[len("domain/") :] for e in written if e.type in OBSERVATIONS))
+        for uid in changed:
+            self.on_change(uid)

@@ -27,7 +27,6 @@ from cdctl.controller.leader import LeaderElector
 from cdctl.controller.metrics import ControllerMetrics
 from cdctl.controller.queue import KeyedQueue, Outcome
 from cdctl.controller.settings import ControllerSettings
-from cdctl.controller.view import DomainView
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.domain.events import Actor
 from cdctl.k8s.informer import Informer, Observation
@@ -54,12 +53,12 @@ class ControllerManager:
     ) -> None:
         self.settings = settings
         self.api = api
-        self.view = DomainView()
         self.queue = KeyedQueue(
             self._reconcile, workers=settings.workers, on_outcome=self._on_outcome, describe=self._describe
         )
+        self.journal = Journal(store, Actor(COMPONENT, pod=settings.pod_name), self._changed)
+        self.view = self.journal.view
         self.metrics = ControllerMetrics(self.view, lambda: self.queue.depth)
-        self.journal = Journal(self.view, store, Actor(COMPONENT, pod=settings.pod_name), self._changed)
         self.recorder = EventRecorder(api, COMPONENT, settings.pod_name)
         self.ctx = ReconcileContext(
             settings=settings,

@@ -1,34 +1,101 @@
 """The controller's projection: per ComputeDomain, what the event log says about it and the objects it owns.
 
-A pure fold of the events of streams `domain/<uid>` (cdctl.domain.computedomains): observations set or drop
-entries, action outcomes update the per-domain error record. Reconcilers read it (never the API) to decide;
-cdctl.controller.journal folds every event it records, and on start the whole log is replayed into it.
+`DomainProjection` is a pure fold (cdctl.projections contract) of the events of streams `domain/<uid>`: one
+row per domain holding its ComputeDomain as last observed, every object labelled for it, and the last action
+error. Its rows are kept in memory and in the runner's snapshots only (nothing to query in SQL: the
+`domain_history` projection is the queryable record). The ProjectionRunner applies it exactly once per event
+and resumes it from a snapshot on restart; `DomainView` turns rows into typed `DomainState`s for the
+reconcilers, which read it (never the API) to decide. Fed by cdctl.controller.journal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from cdctl.domain.computedomains import (
     ComputeDomainObserved,
     DaemonEntry,
     DaemonPod,
-    DomainActionFailed,
-    DomainActionSucceeded,
     DomainObjectObserved,
 )
-from cdctl.domain.events import DomainEvent
+from cdctl.domain.events import RecordedEvent
+from cdctl.projections.base import Change, Key, Projection, Row, View
 
 ObjectKey = tuple[str, str, str]  # kind, namespace, name
+OBSERVATIONS = frozenset({"ComputeDomainObserved", "DomainObjectObserved"})
+OUTCOMES = frozenset({"DomainActionSucceeded", "DomainActionFailed"})
+
+
+def _object_key(data: Mapping[str, Any]) -> str:
+    return f"{data.get('kind', '')}/{data.get('namespace', '')}/{data.get('name', '')}"
+
+
+class DomainProjection(Projection):
+    name = "controller_domains"
+    table = "controller_domains"  # never written: every change is retained in memory, not persisted
+    columns = ("uid",)
+    key_columns = ("uid",)
+    handles = OBSERVATIONS | OUTCOMES
+    stream_prefix = "domain/"
+
+    def fold(self, view: View, event: RecordedEvent) -> list[Change]:
+        uid = event.stream[len("domain/") :]
+        current = view.get((uid,))
+        if current is None and event.type in OUTCOMES:
+            return []
+        row: Row = dict(current) if current is not None else {"cd": None, "objects": {}, "last_error": ""}
+        data = event.data
+        if event.type == "ComputeDomainObserved":
+            row["cd"] = None if data.get("change") == "DELETED" else dict(data)
+        elif event.type == "DomainObjectObserved":
+            objects = dict(row["objects"])
+            key = _object_key(data)
+            if data.get("change") != "DELETED":
+                objects[key] = dict(data)
+            elif objects.get(key, {}).get("uid") == data.get("uid"):
+                del objects[key]
+            row["objects"] = objects
+        elif event.type == "DomainActionFailed":
+            row["last_error"] = f"{data.get('action')} {data.get('kind')}: {data.get('error')}"
+        else:
+            row["last_error"] = ""
+        if row["cd"] is None and not row["objects"]:
+            return [Change((uid,), None, persist=False)]
+        return [Change((uid,), row, persist=False)]
+
+
+_FIELDS: dict[type[Any], frozenset[str]] = {}
+
+
+def _typed(cls: type[Any], data: Mapping[str, Any]) -> Any:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(f.name for f in dataclasses.fields(cls))
+    return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass
 class DomainState:
+    """One domain as the view holds it at the moment it was read (a snapshot: read again after a write)."""
+
     uid: str
     cd: ComputeDomainObserved | None = None
     objects: dict[ObjectKey, DomainObjectObserved] = field(default_factory=dict)
     last_error: str = ""
+
+    @staticmethod
+    def from_row(uid: str, row: Row | None) -> DomainState:
+        if row is None:
+            return DomainState(uid)
+        objects: dict[ObjectKey, DomainObjectObserved] = {}
+        for data in row["objects"].values():
+            obj: DomainObjectObserved = _typed(DomainObjectObserved, data)
+            objects[(obj.kind, obj.namespace, obj.name)] = obj
+        cd = _typed(ComputeDomainObserved, row["cd"]) if row["cd"] is not None else None
+        return DomainState(uid, cd, objects, str(row.get("last_error", "")))
 
     def of_kind(self, kind: str) -> list[DomainObjectObserved]:
         return [obj for key, obj in sorted(self.objects.items()) if key[0] == kind]
@@ -48,18 +115,14 @@ class DomainState:
             if s.get("deleting"):
                 continue
             clique = s.get("clique")
-            pods.append(
-                (
-                    obj.namespace,
-                    DaemonPod(
-                        obj.name,
-                        str(s.get("node", "")),
-                        str(s.get("ip", "")),
-                        None if clique is None else str(clique),
-                        bool(s.get("ready")),
-                    ),
-                )
+            pod = DaemonPod(
+                obj.name,
+                str(s.get("node", "")),
+                str(s.get("ip", "")),
+                None if clique is None else str(clique),
+                bool(s.get("ready")),
             )
+            pods.append((obj.namespace, pod))
         return pods
 
     def clique_entries(self, obj: DomainObjectObserved) -> list[DaemonEntry]:
@@ -67,46 +130,30 @@ class DomainState:
 
 
 class DomainView:
-    def __init__(self) -> None:
-        self._domains: dict[str, DomainState] = {}
+    """Typed reads over the projection's rows (the runner's live view)."""
+
+    def __init__(self, rows: Callable[[], Mapping[Key, Row]]) -> None:
+        self._rows = rows
+        self._states: dict[str, tuple[Row, DomainState]] = {}  # a fold replaces a row, never edits it
+
+    @property
+    def rows(self) -> Mapping[Key, Row]:
+        return self._rows()
 
     def domain(self, uid: str) -> DomainState:
-        return self._domains.get(uid) or DomainState(uid)
+        row = self.rows.get((uid,))
+        if row is None:
+            self._states.pop(uid, None)
+            return DomainState(uid)
+        cached = self._states.get(uid)
+        if cached is not None and cached[0] is row:
+            return cached[1]
+        state = DomainState.from_row(uid, row)
+        self._states[uid] = (row, state)
+        return state
 
     def uids(self) -> list[str]:
-        return list(self._domains)
+        return [str(key[0]) for key in self.rows]
 
     def __iter__(self) -> Iterator[DomainState]:
-        return iter(list(self._domains.values()))
-
-    def apply(self, event: DomainEvent) -> str | None:
-        """Fold one event; the uid of the domain it concerns (None for events this view ignores)."""
-        if isinstance(event, ComputeDomainObserved):
-            state = self._domains.setdefault(event.uid, DomainState(event.uid))
-            state.cd = None if event.change == "DELETED" else event
-            self._drop_if_empty(state)
-            return event.uid
-        if isinstance(event, DomainObjectObserved):
-            state = self._domains.setdefault(event.domain_uid, DomainState(event.domain_uid))
-            key = (event.kind, event.namespace, event.name)
-            if event.change == "DELETED":
-                current = state.objects.get(key)
-                if current is not None and current.uid == event.uid:
-                    del state.objects[key]
-            else:
-                state.objects[key] = event
-            self._drop_if_empty(state)
-            return event.domain_uid
-        if isinstance(event, DomainActionFailed):
-            if event.domain_uid in self._domains:
-                self._domains[event.domain_uid].last_error = f"{event.action} {event.kind}: {event.error}"
-            return None
-        if isinstance(event, DomainActionSucceeded):
-            if event.domain_uid in self._domains:
-                self._domains[event.domain_uid].last_error = ""
-            return None
-        return None
-
-    def _drop_if_empty(self, state: DomainState) -> None:
-        if state.empty:
-            self._domains.pop(state.uid, None)
+        return iter([self.domain(str(key[0])) for key in list(self.rows)])

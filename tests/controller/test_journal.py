@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from cdctl.controller.journal import Journal
-from cdctl.controller.view import DomainView
 from cdctl.domain.computedomains import ComputeDomainObserved, DomainActionIntended, DomainObjectObserved
 from cdctl.domain.events import Actor, decode
 from cdctl.k8s.informer import Change, Observation
@@ -53,8 +52,8 @@ def pod(rv: str, ready: bool, clique: str | None = "c.1") -> dict[str, Any]:
 class Harness:
     def __init__(self, store: InMemoryEventStore | None) -> None:
         self.changed: list[str] = []
-        self.view = DomainView()
-        self.journal = Journal(self.view, store, Actor("test"), self.changed.append)
+        self.journal = Journal(store, Actor("test"), self.changed.append)
+        self.view = self.journal.view
         self.task = asyncio.create_task(self.journal.run())
 
     async def settle(self) -> None:

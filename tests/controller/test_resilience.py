@@ -196,6 +196,16 @@ async def test_the_sqlite_event_log_survives_a_restart_without_duplicates(tmp_pa
         _, restarted = await cluster.start_controller(db_path=str(db))
         assert restarted.journal.replayed > 0
         assert restarted.view.domain(uid).cd is not None
+
+        async def history_rows() -> int:
+            reader = await SqliteEventStore.open(db, read_only=True)
+            try:
+                rows = await reader.query("SELECT count(*) FROM domain_history WHERE domain_uid = ?", (uid,))
+            finally:
+                await reader.close()
+            return int(rows[0][0])
+
+        assert await eventually_async(history_rows) > 0  # `cdctl sql` sees what the controller did
         cluster.delete_domain("cd1")
         await eventually(lambda: cluster.domain("cd1") is None)
         await restarted.queue.wait_idle()  # the teardown's last event is written after the domain is gone
