@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import platform
 import tempfile
 import time
@@ -230,7 +231,12 @@ async def main(domains: int, event_log: str) -> dict[str, Any]:
     return {
         "benchmark": "controller",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),  # other work on the machine skews figures
+        },
         "settings": {
             "workers": 32,
             "kube_api_qps": 0,
