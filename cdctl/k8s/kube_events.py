@@ -46,6 +46,8 @@ class EventRecorder:
         last = self._posted.get(key)
         if last is not None and now - last < self.repeat_after_s:
             return SUPPRESSED
+        if len(self._posted) > 10_000:  # forget what can no longer suppress anything
+            self._posted = {k: t for k, t in self._posted.items() if now - t < self.repeat_after_s}
         self._posted[key] = now
         namespace = str(meta.get("namespace") or "default")
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
