@@ -87,7 +87,15 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     help="Directory the CDI specs are written to (the chart uses /var/run/cdi).",
 )
 @click.option(
+    "--http-endpoint",
+    envvar="HTTP_ENDPOINT",
+    default="",
+    help="host:port for Prometheus metrics and /healthz (e.g. :8081); off when empty.",
+)
+@click.option("--metrics-path", envvar="METRICS_PATH", default="/metrics", show_default=True)
+@click.option(
     "--nvidia-driver-root",
+    "--host_driver-root",
     "--host-driver-root",
     "nvidia_driver_root",
     envvar=["NVIDIA_DRIVER_ROOT", "HOST_DRIVER_ROOT"],
@@ -188,6 +196,8 @@ def kubelet_plugin(
     node_name: str,
     namespace: str,
     cdi_root: Path,
+    http_endpoint: str,
+    metrics_path: str,
     nvidia_driver_root: Path,
     container_driver_root: Path,
     kubelet_registrar_directory_path: Path,
@@ -231,6 +241,8 @@ def kubelet_plugin(
             boot_id_path=boot_id_path,
             resource_api_version=resource_api_version,
             fabric_reprobe_s=fabric_reprobe_interval,
+            http_endpoint=http_endpoint,
+            metrics_path=metrics_path,
         )
         _run(_serve(cfg))
     except CdctlError as exc:

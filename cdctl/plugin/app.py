@@ -34,6 +34,7 @@ from cdctl.plugin import cdi, nvml
 from cdctl.plugin.checkpoint import BOOT_ID_PATH, ClaimBook, read_boot_id
 from cdctl.plugin.devices import DRIVER_NAME
 from cdctl.plugin.driver import Driver
+from cdctl.plugin.metrics import MetricsEndpoint, PluginMetrics
 from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths
 from cdctl.projections.lifecycle import lifecycle_projections
@@ -71,6 +72,8 @@ class PluginConfig:
     resync_s: float = 60.0
     sweep_s: float = 600.0
     projection_batch_s: float = 0.2
+    http_endpoint: str = ""
+    metrics_path: str = "/metrics"
 
     @property
     def plugin_dir(self) -> Path:
@@ -148,6 +151,8 @@ class PluginProcess:
         self.servers: PluginServers | None = None
         self.state: DeviceState | None = None
         self.runner: ProjectionRunner | None = None
+        self.metrics = PluginMetrics(cfg.node_name)
+        self.http: MetricsEndpoint | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -221,8 +226,13 @@ class PluginProcess:
         publisher = SlicePublisher(
             self.api, node=cfg.node_name, node_uid=node_uid, driver=DRIVER_NAME, version=version
         )
+        self.metrics.observe_records(book.records())
+        if cfg.http_endpoint:
+            self.http = MetricsEndpoint(cfg.http_endpoint, cfg.metrics_path, self.metrics)
+            await self.http.start()
         self.servers = PluginServers(
-            ServerPaths(cfg.registrar_dir, cfg.plugin_dir), Driver(self.state, self.cluster),
+            ServerPaths(cfg.registrar_dir, cfg.plugin_dir),
+            Driver(self.state, self.cluster, metrics=self.metrics),
             self.republish.set, cfg.healthcheck_port,
         )  # fmt: skip
         await self.servers.start()
@@ -301,6 +311,8 @@ class PluginProcess:
     async def _stop(self) -> None:
         if self.servers is not None:
             await self.servers.close()
+        if self.http is not None:
+            await self.http.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

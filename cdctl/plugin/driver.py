@@ -18,6 +18,7 @@ import structlog
 
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.plugin.devices import ClaimRef, parse_claim
+from cdctl.plugin.metrics import DRIVER, PluginMetrics
 from cdctl.plugin.ports import ClusterPort
 from cdctl.plugin.prepare import DeviceState
 
@@ -46,10 +47,35 @@ class PrepareOutcome:
 class Driver:
     """Runs the per-claim prepare/unprepare work of one kubelet call under the retry policy."""
 
-    def __init__(self, state: DeviceState, cluster: ClusterPort, policy: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        state: DeviceState,
+        cluster: ClusterPort,
+        policy: RetryPolicy | None = None,
+        metrics: PluginMetrics | None = None,
+    ) -> None:
         self.state = state
         self.cluster = cluster
         self.policy = policy or RetryPolicy()
+        self.metrics = metrics
+
+    async def _measured(self, operation: str, work: Awaitable[T], failed: Callable[[T], bool]) -> T:
+        m = self.metrics
+        if m is None:
+            return await work
+        m.requests.labels(DRIVER, operation).inc()
+        inflight = m.inflight.labels(DRIVER, operation)
+        inflight.inc()
+        started = asyncio.get_running_loop().time()
+        try:
+            result = await work
+        finally:
+            inflight.dec()
+            m.duration.labels(DRIVER, operation).observe(asyncio.get_running_loop().time() - started)
+        if failed(result):
+            m.failed(operation)
+        m.observe_records(self.state.book.records())
+        return result
 
     async def _retry(self, what: str, ref: ClaimRef, attempt_fn: Callable[[], Awaitable[T]]) -> T | str:
         """The attempt's result, or the error text for the claim's response entry."""
@@ -93,14 +119,18 @@ class Driver:
                 raise PermanentError(f"ResourceClaim {ref.namespace}/{ref.name} got replaced (uid {uid})")
             return await self.state.prepare(parse_claim(obj), fence)
 
-        got = await self._retry("preparing", ref, attempt)
+        got = await self._measured(
+            "prepare", self._retry("preparing", ref, attempt), lambda g: isinstance(g, str)
+        )
         return PrepareOutcome(error=got) if isinstance(got, str) else PrepareOutcome(devices=got)
 
     async def _unprepare_one(self, ref: ClaimRef) -> str:
         async def attempt() -> bool:
             return await self.state.unprepare(ref)
 
-        got = await self._retry("unpreparing", ref, attempt)
+        got = await self._measured(
+            "unprepare", self._retry("unpreparing", ref, attempt), lambda g: isinstance(g, str)
+        )
         return got if isinstance(got, str) else ""
 
     async def prepare_resources(self, claims: list[ClaimRef]) -> dict[str, PrepareOutcome]:

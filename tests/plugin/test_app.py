@@ -5,10 +5,12 @@ the socket that ends up as a claim_lifecycle row."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from grpclib.client import Channel
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
@@ -152,7 +154,7 @@ async def test_prepare_through_the_socket_lands_in_claim_lifecycle(
 ) -> None:
     _, api, base = env
     domain_uid, claim_uid = await seed_claim(api, f"{U}.7")
-    cfg = config(base)
+    cfg = dataclasses.replace(config(base), http_endpoint="127.0.0.1:0")
     stop = asyncio.Event()
     process = PluginProcess(cfg, device_lib=nvml.FakeDeviceLib(cluster_uuid=U, clique_id=7))
     task = asyncio.create_task(process.run(stop))
@@ -170,6 +172,16 @@ async def test_prepare_through_the_socket_lands_in_claim_lifecycle(
             ]
             node = await api.get(f"/api/v1/nodes/{NODE}")
             assert node["metadata"]["labels"]["resource.nvidia.com/computeDomain"] == domain_uid
+            assert process.http is not None
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"http://127.0.0.1:{process.http.port}/metrics") as got,
+            ):
+                text = await got.text()
+            d = 'driver="compute-domain.nvidia.com"'
+            assert f'nvidia_dra_requests_total{{{d},operation="prepare"}} 1.0' in text
+            assert f'nvidia_dra_requests_total{{{d},operation="unprepare"}} 0.0' in text
+            assert f'nvidia_dra_prepared_devices{{device_type="channel",{d},node="{NODE}"}} 1.0' in text
             unresp = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))
             assert unresp.claims[claim_uid].error == ""
         finally:

@@ -1,0 +1,123 @@
+"""The kubelet plugin's Prometheus metrics (the Go plugin's names) and its HTTP endpoint.
+
+Counted by cdctl.plugin.driver per claim and by the checkpoint after each change; served by the plugin
+process on `--http-endpoint` at `--metrics-path` (plus `/healthz`). Every labelled series exists from the
+start with value zero. Unlike the Go plugin, `nvidia_dra_requests_total` counts every request, not only
+the successful ones; failures are also counted by error type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from cdctl.domain.claims import ClaimRecord
+
+DRIVER = "compute-domain.nvidia.com"
+OPERATIONS = ("prepare", "unprepare")
+BUCKETS = tuple(0.05 * 2**k for k in range(9))
+DEVICE_TYPES = ("channel", "daemon", "unknown")
+
+
+class PluginMetrics:
+    def __init__(self, node: str, registry: CollectorRegistry | None = None) -> None:
+        self.node = node
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "nvidia_dra_requests", "DRA requests per operation.", ["driver", "operation"], registry=r
+        )
+        self.duration = Histogram(
+            "nvidia_dra_request_duration_seconds", "DRA request duration.", ["driver", "operation"],
+            buckets=BUCKETS, registry=r,
+        )  # fmt: skip
+        self.inflight = Gauge(
+            "nvidia_dra_requests_inflight", "DRA requests in progress.", ["driver", "operation"], registry=r
+        )
+        self.prepared = Gauge(
+            "nvidia_dra_prepared_devices",
+            "Devices of prepared claims.",
+            ["node", "driver", "device_type"],
+            registry=r,
+        )
+        self.prepare_errors = Counter(
+            "nvidia_dra_node_prepare_errors", "Failed prepares.", ["driver", "error_type"], registry=r
+        )
+        self.unprepare_errors = Counter(
+            "nvidia_dra_node_unprepare_errors", "Failed unprepares.", ["driver", "error_type"], registry=r
+        )
+        for op in OPERATIONS:
+            self.requests.labels(DRIVER, op)
+            self.duration.labels(DRIVER, op)
+            self.inflight.labels(DRIVER, op)
+        for kind in DEVICE_TYPES:
+            self.prepared.labels(node, DRIVER, kind)
+        for err in ("lock_acquire", "prepare_devices"):
+            self.prepare_errors.labels(DRIVER, err)
+        for err in ("lock_acquire", "unprepare_devices"):
+            self.unprepare_errors.labels(DRIVER, err)
+
+    def failed(self, operation: str) -> None:
+        if operation == "prepare":
+            self.prepare_errors.labels(DRIVER, "prepare_devices").inc()
+        else:
+            self.unprepare_errors.labels(DRIVER, "unprepare_devices").inc()
+
+    def observe_records(self, records: Iterable[ClaimRecord]) -> None:
+        counts = dict.fromkeys(DEVICE_TYPES, 0)
+        for rec in records:
+            if rec.completed:
+                kind = rec.kind if rec.kind in counts else "unknown"
+                counts[kind] += len(rec.devices)
+        for kind, n in counts.items():
+            self.prepared.labels(self.node, DRIVER, kind).set(n)
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """The Go forms ":8081", "host:port", "[::1]:8081"."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"invalid --http-endpoint {endpoint!r}: want [host]:port")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class MetricsEndpoint:
+    def __init__(self, endpoint: str, path: str, metrics: PluginMetrics) -> None:
+        self.host, self.port = parse_endpoint(endpoint)
+        self.path = path or "/metrics"
+        self.metrics = metrics
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get(self.path, self._serve)
+        app.router.add_get("/healthz", self._healthz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or ()
+        if self.port == 0 and sockets:
+            self.port = sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _serve(self, _: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
