@@ -2,10 +2,10 @@
 
 `DomainProjection` is a pure fold (cdctl.projections contract) of the events of streams `domain/<uid>`: one
 row per domain holding its ComputeDomain as last observed, every object labelled for it, and the last action
-error. Its rows are kept in memory and in the runner's snapshots only (nothing to query in SQL: the
-`domain_history` projection is the queryable record). The ProjectionRunner applies it exactly once per event
-and resumes it from a snapshot on restart; `DomainView` turns rows into typed `DomainState`s for the
-reconcilers, which read it (never the API) to decide. Fed by cdctl.controller.journal.
+error. Its rows live in memory only (the `domain_history` projection is the queryable record): the journal
+(cdctl.controller.journal) folds each batch the store wrote, in log order per object, and folds the whole
+log again on start. `DomainView` turns rows into typed `DomainState`s for the reconcilers, which read it
+(never the API) to decide; a fold replaces rows and never edits them, so a state read once stays consistent.
 """
 
 from __future__ import annotations
