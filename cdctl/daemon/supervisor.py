@@ -1,10 +1,11 @@
 """Supervision of one `nvidia-imex -c <imexd>/imexd.cfg` child: start, restart with backoff, reload, stop.
 
 Used by cdctl.daemon.peers (first start, SIGUSR1 on peer changes in DNS-names mode, full restart in IP mode)
-and cdctl.daemon.app (stop on shutdown). A watcher task waits on the child: an exit nobody asked for is
-recorded (exit code or signal) and followed by a restart after an exponential backoff that starts at
-`backoff_s`, doubles up to `backoff_max_s`, and resets once a child has run for `stable_s`. The child
-inherits the daemon's stdout and stderr, as in the Go driver. `stop()` sends SIGTERM and waits for the exit.
+and cdctl.daemon.app (stop on shutdown). SIGUSR1 is held back while the child may still be starting up (a
+child that has not set up its handling would die of it). A watcher task waits on the child: an exit
+nobody asked for is recorded (exit code or signal) and followed by a restart after an exponential backoff
+that starts at `backoff_s`, doubles up to `backoff_max_s`, and resets once a child has run for `stable_s`.
+The child inherits the daemon's stdout and stderr, as in the Go driver. `stop()` sends SIGTERM and waits.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import structlog
 
@@ -22,7 +24,22 @@ from cdctl.domain.events import DomainEvent
 from cdctl.domain.imex import ImexExited, ImexStarted, exit_description
 
 log = structlog.get_logger(__name__)
+SIGNAL_POLL_S = 0.05
 Recorder = Callable[[DomainEvent], Awaitable[None]]
+
+
+def handles_signal(pid: int, signum: int) -> bool:
+    """Whether `pid` blocks, ignores or catches `signum` (Linux /proc); True where that cannot be told."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    masks = 0
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigBlk", "SigIgn", "SigCgt"):
+            masks |= int(value.strip(), 16)
+    return bool(masks & (1 << (signum - 1)))
 
 
 class ImexSupervisor:
@@ -35,6 +52,7 @@ class ImexSupervisor:
         backoff_s: float = 1.0,
         backoff_max_s: float = 30.0,
         stable_s: float = 60.0,
+        signal_grace_s: float = 2.0,
     ) -> None:
         self.argv = argv
         self.node = node
@@ -42,6 +60,8 @@ class ImexSupervisor:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.stable_s = stable_s
+        self.signal_grace_s = signal_grace_s
+        self._reload: asyncio.Task[None] | None = None
         self.process: asyncio.subprocess.Process | None = None
         self.starts = 0
         self.crashes = 0
@@ -71,19 +91,37 @@ class ImexSupervisor:
             await self._spawn(reason)
 
     def reload(self) -> bool:
-        """SIGUSR1: re-read the node list and re-resolve names. False when no child runs to receive it."""
+        """SIGUSR1: re-read the node list and re-resolve names. False when no child runs to receive it.
+
+        A child that has not yet set up its SIGUSR1 handling would be killed by the signal: delivery waits
+        until /proc shows the signal caught or blocked, or the child has run for `signal_grace_s` (a child
+        waiting in sigwait shows neither). One delivery is pending at a time, to the child running then.
+        """
         if not self.running:
             return False
-        assert self.process is not None
-        try:
-            self.process.send_signal(signal.SIGUSR1)
-        except ProcessLookupError:
-            return False
+        if self._reload is None or self._reload.done():
+            self._reload = asyncio.create_task(self._deliver_reload(), name="imex-reload")
         return True
+
+    async def _deliver_reload(self) -> None:
+        while True:
+            process = self.process
+            if process is None or process.returncode is not None:
+                return
+            settled = time.monotonic() - self._started_at >= self.signal_grace_s
+            if settled or handles_signal(process.pid, signal.SIGUSR1):
+                break
+            await asyncio.sleep(SIGNAL_POLL_S)
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGUSR1)
+            log.info("sent SIGUSR1 to IMEX", pid=process.pid)
 
     async def stop(self, reason: str = "daemon stopping") -> None:
         async with self._lock:
             self._stopping = True
+            if self._reload is not None:
+                self._reload.cancel()
+                await asyncio.wait([self._reload])
             await self._cancel_watcher()
             await self._terminate(reason)
 

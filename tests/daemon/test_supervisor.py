@@ -98,3 +98,18 @@ async def test_restart_replaces_the_process_and_records_an_expected_exit(use_fak
         ("ImexStarted", "peers changed (IP mode)"),
         ("ImexExited", "daemon stopping"),
     ]
+
+
+async def test_a_reload_right_after_start_waits_until_imex_can_take_it(use_fake_imex: FakeImex) -> None:
+    config = _configure(use_fake_imex.imexd("a"), [ADDRESS])
+    recorder = Recorder()
+    supervisor = ImexSupervisor(["nvidia-imex", "-c", str(config)], "n1", recorder, signal_grace_s=0.5)
+    registry = _registry(use_fake_imex)
+    try:
+        await supervisor.ensure_started("first start")
+        write_node_list(config.parent / "nodes.cfg", [ADDRESS, "10.20.0.3"])
+        assert supervisor.reload() is True
+        await eventually(lambda: (registry.entry(ADDRESS) or {}).get("nodes") == [ADDRESS, "10.20.0.3"])
+        assert recorder.of(ImexExited) == [], "the early SIGUSR1 did not kill the starting IMEX"
+    finally:
+        await supervisor.stop()
