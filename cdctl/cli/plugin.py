@@ -3,8 +3,8 @@
 Registered on the root group by cdctl.cli.main through `register(root)`. Every flag has an environment twin;
 the Go driver's names are kept (NODE_NAME, CDI_ROOT, NVIDIA_DRIVER_ROOT/HOST_DRIVER_ROOT,
 DRIVER_ROOT_CTR_PATH, KUBELET_REGISTRAR_DIRECTORY_PATH, KUBELET_PLUGINS_DIRECTORY_PATH, HEALTHCHECK_PORT,
-FEATURE_GATES, ...). A
-typed error ends the command with a one-line reason and its exit code; SIGTERM/SIGINT stop it cleanly (0).
+FEATURE_GATES, ...). A typed error ends the command with a one-line reason and its exit code
+(cdctl.cli.errors.guarded); SIGTERM/SIGINT stop it cleanly (0).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import click
 import structlog
 
 from cdctl.api.gates import parse_feature_gates
+from cdctl.cli.errors import guarded
 from cdctl.domain.errors import CdctlError
 from cdctl.plugin.app import PluginConfig, PluginProcess
 from cdctl.plugin.nvml import fake_from_spec
@@ -192,6 +193,7 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     type=click.Choice(["console", "json"]),
 )
 @click.option("-v", "--verbosity", envvar="LOG_VERBOSITY", default=4, show_default=True, type=int)
+@guarded
 def kubelet_plugin(
     node_name: str,
     namespace: str,
@@ -219,35 +221,31 @@ def kubelet_plugin(
 ) -> None:
     """Serve the kubelet DRA API for ComputeDomain channels and daemons on this node."""
     _configure_logging(log_format, verbosity)
-    try:
-        gates = parse_feature_gates(feature_gates)
-        cfg = PluginConfig(
-            node_name=node_name,
-            namespace=namespace,
-            cdi_root=cdi_root,
-            registrar_dir=kubelet_registrar_directory_path,
-            plugins_dir=kubelet_plugins_directory_path,
-            healthcheck_port=healthcheck_port,
-            db=db,
-            kubeconfig=kubeconfig,
-            kube_api_qps=kube_api_qps,
-            kube_api_burst=kube_api_burst,
-            gates=gates,
-            fake_nvml=fake_nvml,
-            nvidia_driver_root=nvidia_driver_root,
-            container_driver_root=container_driver_root,
-            proc_devices=proc_devices,
-            fabric_imex_mgmt_cap=fabric_imex_mgmt_cap,
-            boot_id_path=boot_id_path,
-            resource_api_version=resource_api_version,
-            fabric_reprobe_s=fabric_reprobe_interval,
-            http_endpoint=http_endpoint,
-            metrics_path=metrics_path,
-        )
-        _run(_serve(cfg))
-    except CdctlError as exc:
-        click.echo(f"cdctl kubelet-plugin: {exc}", err=True)
-        sys.exit(exc.exit_code)
+    gates = parse_feature_gates(feature_gates)
+    cfg = PluginConfig(
+        node_name=node_name,
+        namespace=namespace,
+        cdi_root=cdi_root,
+        registrar_dir=kubelet_registrar_directory_path,
+        plugins_dir=kubelet_plugins_directory_path,
+        healthcheck_port=healthcheck_port,
+        db=db,
+        kubeconfig=kubeconfig,
+        kube_api_qps=kube_api_qps,
+        kube_api_burst=kube_api_burst,
+        gates=gates,
+        fake_nvml=fake_nvml,
+        nvidia_driver_root=nvidia_driver_root,
+        container_driver_root=container_driver_root,
+        proc_devices=proc_devices,
+        fabric_imex_mgmt_cap=fabric_imex_mgmt_cap,
+        boot_id_path=boot_id_path,
+        resource_api_version=resource_api_version,
+        fabric_reprobe_s=fabric_reprobe_interval,
+        http_endpoint=http_endpoint,
+        metrics_path=metrics_path,
+    )
+    _run(_serve(cfg))
 
 
 def register(root: click.Group) -> None:
