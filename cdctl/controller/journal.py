@@ -8,7 +8,8 @@ loop, so they fold in log order. With a log file, the shared ProjectionRunner ke
 table (for `cdctl sql` and `cdctl verify`) exactly once, in the background. The objects themselves are kept
 in an object cache for request bodies. A write's response is ingested the same way (`observe_written`), so
 the controller reads its own writes at once and the watch event that follows is a duplicate. Without a log
-file the events go to an in-memory store (tests and demos: it only grows). On start, `replay` folds the log.
+file the events go to an in-memory store (tests and demos: it only grows). With a log file the projection
+is snapshotted every `SNAPSHOT_EVERY` events, and `replay` starts from the latest snapshot.
 Used by cdctl.controller.manager (observations) and cdctl.controller.actions (actions).
 """
 
@@ -27,12 +28,14 @@ from cdctl.k8s.resources import ResourceType
 from cdctl.projections.base import Key, Row
 from cdctl.projections.lifecycle import DomainHistory
 from cdctl.projections.runner import ProjectionRunner, fold_into
+from cdctl.projections.sinks import SqliteSink, encode_snapshot
 from cdctl.store.base import EventStore, StreamAppend
 from cdctl.store.memory import InMemoryEventStore
 from cdctl.store.sqlite import SqliteEventStore
 
 JsonObject = dict[str, Any]
 HISTORY_QUIET_S = 1.0
+SNAPSHOT_EVERY = 50_000
 HISTORY_MAX_LAG = 100_000
 CacheKey = tuple[str, str, str]  # plural, namespace, name
 
@@ -44,6 +47,9 @@ class Journal:
         self.rows: dict[Key, Row] = {}
         self.view = DomainView(lambda: self.rows)
         # The queryable history of the log file (`cdctl sql`, `cdctl verify`), kept by the shared runner.
+        self._sink = SqliteSink(self.store) if isinstance(self.store, SqliteEventStore) else None
+        self._snapshot_at = 0
+        self.from_snapshot = 0
         self.history = (
             ProjectionRunner(self.store, [DomainHistory()]) if isinstance(store, SqliteEventStore) else None
         )
@@ -58,15 +64,32 @@ class Journal:
         self.replayed = 0
 
     async def replay(self) -> int:
-        """Fold the log into the projection before the informers' first listing; how many events it read."""
+        """Rebuild the projection before the informers' first listing: the latest snapshot, then the log after
+        it. Returns the log position reached."""
+        position = 0
         if self.history is not None:
             await self.history.start()
-        position = 0
+        if self._sink is not None:
+            tracked = (await self._sink.load_positions()).get(self.projection.name, 0)
+            snapshot = await self._sink.load_snapshot(self.projection.name, tracked)
+            if snapshot is not None:
+                position, rows = snapshot
+                self.rows.clear()
+                self.rows.update(rows)
+                self.from_snapshot = position
         while events := await self.store.read_all(after=position, limit=5000):
             fold_into(self.projection, self.rows, events)
             position = events[-1].position
-        self.replayed = position
+        self.replayed = self._snapshot_at = position
         return position
+
+    async def _snapshot_if_due(self, position: int) -> None:
+        """Every `SNAPSHOT_EVERY` events, store the projection with its position (bounds start-up time)."""
+        if self._sink is None or position // SNAPSHOT_EVERY <= self._snapshot_at // SNAPSHOT_EVERY:
+            return
+        self._snapshot_at = position
+        name = self.projection.name
+        await self._sink.commit([], {name: position}, {name: (position, encode_snapshot(self.rows))})
 
     def cached(self, resource: ResourceType, namespace: str | None, name: str) -> JsonObject | None:
         """The last observed state of an object (the body a write starts from)."""
@@ -219,6 +242,8 @@ class Journal:
         written = await self.store.append_batch([StreamAppend(s, events) for s, events in streams.items()])
         self.recorded += len(written)
         fold_into(self.projection, self.rows, written)
+        if written:
+            await self._snapshot_if_due(written[-1].position)
         changed = list(dict.fromkeys(e.stream[len("domain/") :] for e in written if e.type in OBSERVATIONS))
         for uid in changed:
             self.on_change(uid)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from cdctl.controller import journal
 from cdctl.domain.computedomains import (
     ComputeDomainObserved,
     ComputeDomainTornDown,
@@ -185,7 +188,10 @@ async def test_a_failure_retrying_cannot_fix_is_reported_on_the_domain(tmp_path:
         assert "Not_A_Valid_Name" in event["message"]
 
 
-async def test_the_sqlite_event_log_survives_a_restart_without_duplicates(tmp_path: Path) -> None:
+async def test_the_sqlite_event_log_survives_a_restart_without_duplicates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal, "SNAPSHOT_EVERY", 10)
     db = tmp_path / "controller.db"
     async with Cluster(tmp_path) as cluster:
         task, _ = await cluster.start_controller(db_path=str(db))
@@ -194,8 +200,10 @@ async def test_the_sqlite_event_log_survives_a_restart_without_duplicates(tmp_pa
         await eventually(lambda: (cluster.domain("cd1") or {}).get("status", {}).get("status") == "Ready")
         await cluster.stop_controller(task)
         _, restarted = await cluster.start_controller(db_path=str(db))
-        assert restarted.journal.replayed > 0
-        assert restarted.view.domain(uid).cd is not None
+        assert restarted.journal.replayed >= restarted.journal.from_snapshot > 0  # snapshot, then the tail
+        state = restarted.view.domain(uid)
+        assert state.cd is not None and state.cd.status.get("status") == "Ready"
+        assert [pod.node_name for _, pod in state.daemon_pods()] == ["node-a"]
 
         async def history_rows() -> int:
             reader = await SqliteEventStore.open(db, read_only=True)
