@@ -1,0 +1,194 @@
+"""`cdctl daemon run | check`: the IMEX daemon of a ComputeDomain's DaemonSet pod, and its probe.
+
+Registered on the root group by cdctl.cli.main through `register(root)`. The Go driver's flag and environment
+names are kept (CLIQUE_ID, COMPUTE_DOMAIN_UUID/NAME/NAMESPACE from the plugin's CDI edits; NODE_NAME, POD_IP,
+POD_UID, POD_NAME, POD_NAMESPACE, MAX_NODES_PER_IMEX_DOMAIN, FEATURE_GATES, LOG_VERBOSITY, LOG_FORMAT from the
+pod spec); the paths the tests and the simulated cluster move have twins
+too (IMEXD_DIR, HOSTS_FILE, CDCTL_DB).
+`check` runs on every probe, every few seconds on every node: this module imports only click and the
+stdlib-only cdctl.daemon.check at the top; `run` imports the daemon when it is called. Exit codes: 0 on a
+clean stop or a passing check, 1 not ready or a fatal error, 2 bad input, 3 event-log trouble; always one
+line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cdctl.daemon.check import CheckSettings, NotReady, check
+
+DEFAULT_IMEXD_DIR = "/imexd"
+imexd_option = click.option(
+    "--imexd-dir", envvar="IMEXD_DIR", default=DEFAULT_IMEXD_DIR, show_default=True,
+    type=click.Path(path_type=Path), help="Directory of the IMEX config template, config and node list.",
+)  # fmt: skip
+clique_option = click.option(
+    "--cliqueid",
+    "clique_id",
+    envvar="CLIQUE_ID",
+    default="",
+    help="NVLink clique ID (from CDI); empty: none.",
+)
+ctl_option = click.option(
+    "--imex-ctl-binary", envvar="IMEX_CTL_BINARY", default="nvidia-imex-ctl", show_default=True,
+    help="The IMEX control command (looked up on PATH).",
+)  # fmt: skip
+
+
+@click.group("daemon")
+def daemon() -> None:
+    """The per-ComputeDomain IMEX daemon (driver-managed mode)."""
+
+
+@daemon.command("check")
+@clique_option
+@imexd_option
+@ctl_option
+@click.option("--timeout", "timeout_s", envvar="CHECK_TIMEOUT", default=10.0, show_default=True, type=float)
+def check_command(clique_id: str, imexd_dir: Path, imex_ctl_binary: str, timeout_s: float) -> None:
+    """Succeed when the local IMEX daemon answers READY (or when there is no clique to serve)."""
+    try:
+        click.echo(check(CheckSettings(clique_id, imexd_dir, imex_ctl_binary, timeout_s)))
+    except NotReady as exc:
+        click.echo(f"cdctl: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+@daemon.command("run")
+@clique_option
+@click.option(
+    "--compute-domain-uuid", envvar="COMPUTE_DOMAIN_UUID", default="", help="Domain UID (from CDI)."
+)
+@click.option(
+    "--compute-domain-name", envvar="COMPUTE_DOMAIN_NAME", default="", help="Domain name (from CDI)."
+)
+@click.option(
+    "--compute-domain-namespace", envvar="COMPUTE_DOMAIN_NAMESPACE", default="default", show_default=True,
+    help="Domain namespace (from CDI).",
+)  # fmt: skip
+@click.option("--node-name", envvar="NODE_NAME", default="", help="This node (pod spec).")
+@click.option("--pod-ip", envvar="POD_IP", default="", help="This pod's IP: IMEX binds to it (pod spec).")
+@click.option("--pod-uid", envvar="POD_UID", default="", help="This pod's UID (pod spec).")
+@click.option("--pod-name", envvar="POD_NAME", default="", help="This pod's name (pod spec).")
+@click.option("--pod-namespace", envvar="POD_NAMESPACE", default="", help="This pod's namespace (pod spec).")
+@click.option(
+    "--max-nodes-per-imex-domain", "max_nodes", envvar="MAX_NODES_PER_IMEX_DOMAIN", default=18,
+    show_default=True, type=int, help="Slots in the node list; the controller's limit on indices.",
+)  # fmt: skip
+@click.option(
+    "--feature-gates", envvar="FEATURE_GATES", default="", help="Name=bool,... (as the chart sets)."
+)
+@imexd_option
+@click.option(
+    "--hosts-file", envvar="HOSTS_FILE", default="/etc/hosts", show_default=True,
+    type=click.Path(path_type=Path), help="Hosts file holding the slot name mappings (DNS-names mode).",
+)  # fmt: skip
+@click.option(
+    "--db", envvar="CDCTL_DB", default=None, type=click.Path(path_type=Path),
+    help="The daemon's event log [default: <imexd-dir>/events.db].",
+)  # fmt: skip
+@click.option(
+    "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent."
+)
+@click.option("--imex-binary", envvar="IMEX_BINARY", default="nvidia-imex", show_default=True)
+@ctl_option
+@click.option(
+    "--unused-slot-address", envvar="UNUSED_SLOT_ADDRESS", default=None,
+    help="Address for slots without a daemon; must reach no one [default: 192.0.2.1].",
+)  # fmt: skip
+@click.option(
+    "--readiness-period", "readiness_period_s", envvar="READINESS_PERIOD", default=5.0, show_default=True,
+    type=float, help="Seconds between the daemon's own readiness checks (recorded on change).",
+)  # fmt: skip
+@click.option(
+    "--restart-backoff", "restart_backoff_s", envvar="IMEX_RESTART_BACKOFF", default=1.0, show_default=True,
+    type=float, help="First delay before restarting a crashed IMEX (doubles, up to 30 s).",
+)  # fmt: skip
+@click.option(
+    "--log-format", envvar="LOG_FORMAT", default="console", show_default=True,
+    type=click.Choice(["console", "json", "text"]),
+)  # fmt: skip
+@click.option(
+    "-v", "--log-verbosity", "verbosity", envvar="LOG_VERBOSITY", default=4, show_default=True, type=int
+)
+def run_command(**options: Any) -> None:
+    """Label the pod, render the IMEX files and supervise nvidia-imex until SIGTERM."""
+    from cdctl.cli.errors import fail
+    from cdctl.domain.errors import CdctlError
+
+    try:
+        _run_daemon(options)
+    except CdctlError as exc:
+        fail(exc.message, exc.exit_code)
+
+
+def _configure_logging(fmt: str, verbosity: int) -> None:
+    import logging
+
+    import structlog
+
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.DEBUG if verbosity >= 6 else logging.INFO
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+
+
+def _run_daemon(options: dict[str, Any]) -> None:
+    import asyncio
+    import signal
+
+    from cdctl.api.gates import parse_feature_gates
+    from cdctl.daemon.app import DaemonApp
+    from cdctl.daemon.settings import DaemonSettings
+    from cdctl.domain.imex import DEFAULT_UNUSED_ADDRESS
+
+    _configure_logging(options["log_format"], options["verbosity"])
+    settings = DaemonSettings(
+        clique_id=options["clique_id"],
+        domain_uid=options["compute_domain_uuid"],
+        domain_name=options["compute_domain_name"],
+        domain_namespace=options["compute_domain_namespace"],
+        node_name=options["node_name"],
+        pod_ip=options["pod_ip"],
+        pod_uid=options["pod_uid"],
+        pod_name=options["pod_name"],
+        pod_namespace=options["pod_namespace"],
+        max_nodes=options["max_nodes"],
+        gates=parse_feature_gates(options["feature_gates"]),
+        imexd_dir=options["imexd_dir"],
+        hosts_file=options["hosts_file"],
+        db_path=options["db"],
+        kubeconfig=options["kubeconfig"],
+        imex_binary=options["imex_binary"],
+        ctl_binary=options["imex_ctl_binary"],
+        unused_address=options["unused_slot_address"] or DEFAULT_UNUSED_ADDRESS,
+        readiness_period_s=options["readiness_period_s"],
+        restart_backoff_s=options["restart_backoff_s"],
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await DaemonApp(settings).run(stop)
+
+    asyncio.run(main())
+
+
+def register(root: click.Group) -> None:
+    root.add_command(daemon)

@@ -1,0 +1,136 @@
+"""The body of `cdctl daemon run`: label the pod, render the IMEX files, supervise IMEX until SIGTERM.
+
+Called by cdctl.cli.daemon with DaemonSettings and an event that SIGTERM/SIGINT set. In order (reference
+section 3.2, without its quirks): refuse to start without the plugin's CDI edits; open the daemon's event log;
+merge-patch the pod's clique label; with an empty clique ID idle until stopped; otherwise render `imexd.cfg`
+from the plugin's template (bind IP = pod IP, node list path), write the DNS-names node list, then follow the
+clique (or the domain's status without the ComputeDomainCliques gate) into cdctl.daemon.peers while the
+readiness monitor runs. A fatal error in either ends the run with that error (non-zero exit), after IMEX was
+stopped (SIGTERM, wait) and the stop recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import structlog
+
+from cdctl.daemon.check import CheckSettings
+from cdctl.daemon.files import write_config, write_node_list
+from cdctl.daemon.journal import Journal
+from cdctl.daemon.peers import PeerUpdater
+from cdctl.daemon.readiness import ReadinessMonitor
+from cdctl.daemon.settings import DaemonSettings
+from cdctl.daemon.supervisor import ImexSupervisor
+from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
+from cdctl.domain.imex import ImexDaemonStarted, ImexDaemonStopped, PeerListing, dns_node_list
+from cdctl.k8s.daemonpods import daemon_api, follow_clique, follow_domain_status, label_own_pod
+from cdctl.k8s.errors import KubeApiError
+from cdctl.k8s.rest import KubeApi
+
+log = structlog.get_logger(__name__)
+LABEL_RETRY_MAX_S = 10.0
+
+
+async def _label_pod(api: KubeApi, s: DaemonSettings, stop: asyncio.Event) -> bool:
+    """Patch the clique label, retrying transient failures; False when stopped before it succeeded."""
+    delay = 0.2
+    while not stop.is_set():
+        try:
+            await label_own_pod(api, s.pod_namespace, s.pod_name, s.clique_id)
+            log.info("pod labelled", pod=s.pod_name, clique_id=s.clique_id)
+            return True
+        except KubeApiError as exc:
+            if not exc.retriable:
+                raise PermanentError(f"cannot label pod {s.pod_namespace}/{s.pod_name}: {exc}") from exc
+            log.warning("labelling the pod failed; retrying", error=str(exc), retry_in_s=delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(delay * 2, LABEL_RETRY_MAX_S)
+    return False
+
+
+class DaemonApp:
+    def __init__(self, settings: DaemonSettings) -> None:
+        self.settings = settings
+
+    def _listings(self, api: KubeApi) -> AsyncIterator[PeerListing]:
+        s = self.settings
+        if s.uses_cliques:
+            return follow_clique(api, s.pod_namespace, s.domain_uid, s.clique_id)
+        return follow_domain_status(api, s.domain_namespace, s.domain_name, s.domain_uid)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        s.validate()
+        if not s.imexd_dir.is_dir():
+            raise PermanentError(f"{s.imexd_dir} does not exist (is the daemon claim's CDI mount missing?)")
+        journal = await Journal.open(s.events_path, s.node_name, s.pod_name)
+        reason, failed = "stopped by signal", False
+        try:
+            await journal.record(
+                ImexDaemonStarted(
+                    s.node_name, s.domain_uid, s.clique_id, s.pod_name, s.pod_ip, s.mode, s.max_nodes
+                )
+            )
+            async with daemon_api(s.kubeconfig) as api:
+                if not await _label_pod(api, s, stop):
+                    return
+                if not s.clique_id:
+                    log.info("no cliqueID: skipping controller and IMEX daemon management")
+                    await stop.wait()
+                    return
+                await self._supervise(api, journal, stop)
+        except (CdctlError, OSError) as exc:
+            reason, failed = str(exc), True
+            raise
+        finally:
+            await journal.record(ImexDaemonStopped(s.node_name, reason, failed))
+            await journal.close()
+
+    def _write_files(self) -> None:
+        s = self.settings
+        values = {"IMEXCmdBindInterfaceIP": s.pod_ip, "IMEXDaemonNodesConfigPath": str(s.nodes_path)}
+        write_config(s.template_path, s.config_path, values)
+        if s.dns_names:
+            write_node_list(s.nodes_path, dns_node_list(s.max_nodes))
+
+    async def _supervise(self, api: KubeApi, journal: Journal, stop: asyncio.Event) -> None:
+        s = self.settings
+        await asyncio.to_thread(self._write_files)
+        supervisor = ImexSupervisor(
+            [s.imex_binary, "-c", str(s.config_path)],
+            s.node_name,
+            journal.record,
+            backoff_s=s.restart_backoff_s,
+            backoff_max_s=s.restart_backoff_max_s,
+        )
+        updater = PeerUpdater(s, supervisor, journal)
+        monitor = ReadinessMonitor(
+            CheckSettings(s.clique_id, s.imexd_dir, s.ctl_binary), s.node_name, journal, s.readiness_period_s
+        )
+
+        async def follow() -> None:
+            async for listing in self._listings(api):
+                await updater.apply(listing)
+
+        tasks = [
+            asyncio.create_task(follow(), name="peers"),
+            asyncio.create_task(monitor.run(), name="readiness"),
+            asyncio.create_task(stop.wait(), name="stop"),
+        ]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await supervisor.stop()
+        for task in done:
+            error = task.exception()
+            if error is not None:
+                raise error
+        if not stop.is_set():
+            raise RetriableError("the peer watch ended unexpectedly")
