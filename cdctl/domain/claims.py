@@ -215,6 +215,11 @@ class ClaimRecord:
     last_error: str = ""
     last_error_retriable: bool = False
     ended_version: int = 0  # version of the last Unprepared/Invalidated: fences older in-flight prepares
+    allocations: tuple[str, ...] = ()  # every allocation this claim was prepared for, oldest first
+
+    def is_older_allocation(self, allocation: str) -> bool:
+        """`allocation` was superseded here by a later one: a prepare for it is stale (Go issue 1162)."""
+        return bool(allocation) and allocation in self.allocations and allocation != self.allocations[-1]
 
     @property
     def active(self) -> bool:
@@ -244,6 +249,9 @@ def fold(record: ClaimRecord, event: DomainEvent, version: int) -> ClaimRecord:
             domain_uid=event.domain_uid,
             allocation=event.allocation,
             requested=tuple(event.devices),
+            allocations=r.allocations
+            if not event.allocation or event.allocation in r.allocations[-1:]
+            else (*r.allocations, event.allocation),
             channels=() if fresh else r.channels,
             cdi_path="" if fresh else r.cdi_path,
             device_ids=(),

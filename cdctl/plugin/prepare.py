@@ -124,8 +124,15 @@ class DeviceState:
     async def _prepare(self, claim: AllocatedClaim, fence_version: int) -> list[dict[str, Any]]:
         uid = claim.ref.uid
         rec = self.book.get(uid)
+        reason = ""
         if rec is not None and rec.ended_version > fence_version:
             reason = f"claim {claim.ref} was unprepared after this prepare began; refusing a stale prepare"
+        elif rec is not None and rec.is_older_allocation(claim.allocation_id):
+            reason = (
+                f"claim {claim.ref}: prepare for allocation {claim.allocation_id}, "
+                f"superseded here by {rec.allocation}; refusing a stale prepare"
+            )
+        if reason:
             await self.book.append(uid, [c.ClaimPrepareFenced(uid, claim.allocation_id, reason)])
             raise PrepareFenced(reason)
         if rec is not None and rec.completed:

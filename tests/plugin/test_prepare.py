@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -270,3 +271,24 @@ async def test_orphan_specs_are_removed(node: Node) -> None:
     cdi.write_spec(orphan, cdi.build_claim_spec("orphan", [cdi.ClaimDevice("channel-0")]), fsync=False)
     assert node.state.remove_orphan_specs() == [orphan]
     assert cdi.claim_spec_path(node.settings.cdi_root, "c1").exists()
+
+
+async def test_prepare_for_an_older_allocation_is_fenced(node: Node) -> None:
+    node.cluster.ready.add(("dom-1", "node-a"))
+    old = claim_obj(
+        "c1", results=[result("channel", "channel-0")],
+        configs=[opaque("ComputeDomainChannelConfig", "dom-1", ["channel"])],
+    )  # fmt: skip
+    old["status"]["allocation"]["allocationTimestamp"] = "2026-01-01T00:00:00Z"
+    new = json.loads(json.dumps(old))
+    new["status"]["allocation"]["allocationTimestamp"] = "2026-01-01T00:05:00Z"
+    first = parse_claim(old)
+    assert await node.state.prepare(first, 0)
+    assert await node.state.unprepare(first.ref)
+    second = parse_claim(new)  # deallocated and allocated again
+    assert await node.state.prepare(second, node.state.book.version("c1"))
+    with pytest.raises(PrepareFenced, match="superseded"):
+        await node.state.prepare(first, node.state.book.version("c1"))  # a late prepare for the old one
+    rec = node.state.book.get("c1")
+    assert rec is not None and rec.completed and rec.allocation == second.allocation_id
+    assert rec.allocations == (first.allocation_id, second.allocation_id)
