@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from cdctl.domain.computedomains import DaemonEntry
-from cdctl.domain.imex import hosts_mapping
+from cdctl.domain.imex import HOSTS_HEADER, hosts_mapping
+from cdctl.sim.fakeimex import Registry
 from cdctl.sim.server import ApiServer
 from tests.daemon.conftest import FakeImex, eventually
-from tests.daemon.rig import CLIQUE, Rig, open_rig
+from tests.daemon.rig import CLIQUE, Daemon, Rig, open_rig
 
 UNUSED = "192.0.2.1"
 SLOT0, SLOT1 = "compute-domain-daemon-0000", "compute-domain-daemon-0001"
@@ -104,3 +108,52 @@ async def test_two_domains_reusing_each_others_ips_never_dial_the_other_domain(r
     assert history.count("ImexStarted") == 1, "peer changes in DNS mode never restart IMEX"
     assert history.count("ImexPeersChanged") == 3
     assert "ImexReadinessChanged" in history
+
+
+async def test_ip_mode_follows_the_domain_status_and_restarts_a_crashed_imex(rig: Rig) -> None:
+    domains = rig.store.type_of("resource.nvidia.com", "computedomains")
+    channel = {"resourceClaimTemplate": {"name": "legacy-channel"}}
+    cd = rig.store.create(
+        domains, "default", {"metadata": {"name": "legacy"}, "spec": {"numNodes": 2, "channel": channel}}
+    )
+    uid = cd["metadata"]["uid"]
+    gates = {"FEATURE_GATES": "IMEXDaemonsWithDNSNames=false,ComputeDomainCliques=false"}
+    x, y = "10.61.0.1", "10.61.0.2"
+    i0 = rig.daemon("i0", "n1", x, uid, COMPUTE_DOMAIN_NAME="legacy", **gates)
+    i1 = rig.daemon("i1", "n2", y, uid, COMPUTE_DOMAIN_NAME="legacy", **gates)
+    for daemon in (i0, i1):
+        await rig.start(daemon)
+    await rig.wait_labelled(i0, i1)
+
+    def set_nodes(*entries: DaemonEntry) -> None:
+        current = rig.store.get(domains, "default", "legacy")
+        current["status"] = {"status": "NotReady", "nodes": [e.to_status_json() for e in entries]}
+        rig.store.update(domains, "default", "legacy", current, subresource="status")
+
+    set_nodes(_entry("n1", x, 0))
+    await eventually(lambda: '"numNodes": 2' in rig.log_of(i0) or "numNodes=2" in rig.log_of(i0))
+    assert not (i0.imexd / "nodes.cfg").exists(), "IMEX waits until numNodes daemons registered"
+    set_nodes(_entry("n1", x, 0), _entry("n2", y, 1))
+    await eventually(lambda: i0.ready() and i1.ready())
+    assert (i0.imexd / "nodes.cfg").read_text() == f"{x}\n{y}\n"
+    assert HOSTS_HEADER not in i0.hosts.read_text()
+
+    registry = Registry(rig.fake.root / "registry")
+    first = (registry.entry(x) or {})["pid"]
+    os.kill(first, signal.SIGKILL)
+    await eventually(lambda: (registry.entry(x) or {}).get("pid") not in (None, first))
+    await eventually(i0.ready)
+
+    assert await rig.stop(i0) == 0
+    assert registry.entry(x) is None, "SIGTERM stopped the daemon's IMEX too"
+    history = _history(rig, "i0")
+    assert history.count("ImexStarted") == 2
+    assert history[-2:] == ["ImexExited", "ImexDaemonStopped"]
+    crash = _events(i0, "ImexExited")[0]
+    assert (crash["signal"], crash["exit_code"], crash["expected"]) == ("SIGKILL", None, False)
+
+
+def _events(daemon: Daemon, kind: str) -> list[dict[str, Any]]:
+    done = daemon.cli("history", "--db", str(daemon.db), daemon.node, "--json")
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return [row["data"] for row in rows if row["type"] == kind]
