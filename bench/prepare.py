@@ -6,7 +6,7 @@ with the readiness condition already met (the domain's clique
 lists this node's daemon as Ready). Each claim is prepared and then unprepared, one after the other (a node
 has one channel-0). Runs twice: event log on tmpfs (/dev/shm) and on disk. The projection runner
 follows the log as in the plugin process. Prints the figures and writes
-bench/results/prepare.json.
+bench/results/prepare-<UTC time>.json (with the machine's load average, since other work skews p99).
 
     .venv/bin/python bench/prepare.py [--claims 1000]
 """
@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import platform
 import shutil
 import statistics
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -239,7 +241,12 @@ async def main(claims: int) -> None:
             f"({claims} claims)"
         )
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "prepare.json").write_text(json.dumps(report, indent=2) + "\n")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    report["recorded_at"] = stamp
+    report["load_average"] = os.getloadavg()
+    out = RESULTS / f"prepare-{stamp}.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"written to {out}")
 
 
 if __name__ == "__main__":
