@@ -25,7 +25,7 @@ from cdctl.api import gates as fg
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import Actor
 from cdctl.k8s import nodes, plugincluster
-from cdctl.k8s.discovery import discover_resource_version
+from cdctl.k8s.discovery import NoResourceApiError, discover_resource_version
 from cdctl.k8s.errors import KubeApiError
 from cdctl.k8s.informer import Informer
 from cdctl.k8s.resourceslices import PublishedDevice, SlicePublisher, resource_slices
@@ -199,9 +199,13 @@ class PluginProcess:
         api = self.api
         node_obj = await with_retries("reading the Node", lambda: nodes.get_node(api, cfg.node_name))
         node_uid = str(node_obj["metadata"]["uid"])
-        version = await with_retries(
-            "discovering resource.k8s.io", lambda: discover_resource_version(api, cfg.resource_api_version)
-        )
+        try:
+            version = await with_retries(
+                "discovering resource.k8s.io",
+                lambda: discover_resource_version(api, cfg.resource_api_version),
+            )
+        except NoResourceApiError as exc:
+            raise PermanentError(str(exc)) from exc
         self.cluster = plugincluster.KubeClusterPort(
             self.api, resource_version=version, driver_namespace=cfg.namespace, node_uid=node_uid,
             use_cliques=cfg.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES),
