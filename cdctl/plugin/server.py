@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,6 @@ import structlog
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-from grpclib.health.check import ServiceCheck
-from grpclib.health.service import Health
 from grpclib.server import Server
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
@@ -166,12 +164,19 @@ async def probe_sockets(reg_sock: Path, dra_sock: Path, timeout_s: float = 1.0) 
     return True
 
 
-class _PluginHealth(Health):
-    """gRPC health whose `""` and `liveness` services both run the socket probe."""
+def _health_service(check: Callable[[], Awaitable[bool]]) -> Any:
+    """grpclib's gRPC health service whose `""` and `liveness` services both run `check` (never cached).
 
-    def __init__(self, check: ServiceCheck) -> None:
-        super().__init__({})
-        self._checks = {name: {check} for name in HEALTH_SERVICES}
+    Imported here, not at module level: grpclib.health needs the protobuf runtime, which only the health port
+    uses.
+    """
+    from grpclib.health.check import ServiceCheck
+    from grpclib.health.service import Health
+
+    service_check = ServiceCheck(check, check_ttl=0, check_timeout=3.0)
+    health = Health({})
+    health._checks = {name: {service_check} for name in HEALTH_SERVICES}
+    return health
 
 
 @dataclass
@@ -226,8 +231,7 @@ class PluginServers:
         await _start_unix(self._dra, self.paths.dra)
         await _start_unix(self._reg, self.paths.registration)
         if self._health_port >= 0:
-            check = ServiceCheck(self.healthy, check_ttl=0, check_timeout=3.0)
-            self._health = Server([_PluginHealth(check)])
+            self._health = Server([_health_service(self.healthy)])
             await self._health.start(host="0.0.0.0", port=self._health_port)
             sockets = getattr(self._health._server, "sockets", None) or ()
             self.bound_health_port = sockets[0].getsockname()[1] if sockets else self._health_port
