@@ -200,3 +200,28 @@ async def test_a_full_clique_is_reported_and_never_shares_an_index(tmp_path: Pat
             )
         )
         assert sorted(d["index"] for d in clique["daemons"]) == [0, 1]
+
+
+async def test_force_deleting_every_daemon_recovers_with_one_index_per_node(tmp_path: Path) -> None:
+    async with Cluster(tmp_path) as cluster:
+        await cluster.start_controller()
+        uid = cluster.create_domain("cd1", num_nodes=4)["metadata"]["uid"]
+        nodes = [f"node-{n}" for n in "abcd"]
+        pods = [
+            cluster.run_daemon(uid, node, f"10.0.0.{i}", "c.1", ready=True) for i, node in enumerate(nodes)
+        ]
+        await eventually(lambda: status_of(cluster, "cd1").get("status") == "Ready")
+        for pod in pods:  # test_cd_failover: force-delete all IMEX daemons; the DaemonSet brings them back
+            cluster.delete_pod(pod)
+        for i, node in enumerate(nodes):
+            cluster.run_daemon(uid, node, f"10.0.1.{i}", "c.1", ready=True)
+        await eventually(
+            lambda: (
+                status_of(cluster, "cd1").get("status") == "Ready"
+                and {n["ipAddress"] for n in status_of(cluster, "cd1")["nodes"]}
+                == {f"10.0.1.{i}" for i in range(4)}
+            )
+        )
+        clique = cluster.get(*CLIQUES, DRIVER_NAMESPACE, f"{uid}.c.1")
+        assert sorted(d["nodeName"] for d in clique["daemons"]) == nodes
+        assert sorted(d["index"] for d in clique["daemons"]) == [0, 1, 2, 3]
