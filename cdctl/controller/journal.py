@@ -16,6 +16,7 @@ Used by cdctl.controller.manager (observations) and cdctl.controller.actions (ac
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from cdctl.store.sqlite import SqliteEventStore
 JsonObject = dict[str, Any]
 HISTORY_QUIET_S = 1.0
 SNAPSHOT_EVERY = 50_000
+TOMBSTONES = 10_000
 HISTORY_MAX_LAG = 100_000
 CacheKey = tuple[str, str, str]  # plural, namespace, name
 
@@ -57,6 +59,7 @@ class Journal:
         self.on_change = on_change
         self._objects: dict[CacheKey, JsonObject] = {}
         self._versions: dict[str, str] = {}
+        self._tombstones: OrderedDict[str, str] = OrderedDict()  # uid -> resourceVersion of its deletion
         self._pending: list[tuple[Observation | None, asyncio.Future[None] | None]] = []
         self._wake = asyncio.Event()
         self.recorded = 0
@@ -215,10 +218,13 @@ class Journal:
                 if current is not None and current.get("metadata", {}).get("uid") == observation.uid:
                     del self._objects[key]
                 self._versions.pop(observation.uid, None)
+                self._tombstones[observation.uid] = observation.resource_version
+                if len(self._tombstones) > TOMBSTONES:
+                    self._tombstones.popitem(last=False)
             else:
-                known = self._versions.get(observation.uid)
+                known = self._versions.get(observation.uid) or self._tombstones.get(observation.uid)
                 if known is not None and is_stale(known, observation.resource_version):
-                    continue
+                    continue  # a duplicate, or a write's response arriving after the object's deletion
                 self._versions[observation.uid] = observation.resource_version
                 self._objects[key] = observation.obj
             uid = domain_uid_of(observation)

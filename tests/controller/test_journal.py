@@ -159,3 +159,14 @@ async def test_a_listing_older_than_what_the_view_knows_does_not_delete_it() -> 
     await h.settle()
     assert h.view.domain(UID).daemon_pods() == []
     await h.close()
+
+
+async def test_a_write_response_arriving_after_the_deletion_does_not_resurrect_the_object() -> None:
+    h = Harness(None)
+    h.journal.observe(Observation(PODS, Change.ADDED, pod("2", ready=True)))
+    h.journal.observe(Observation(PODS, Change.DELETED, pod("5", ready=True)))
+    await h.settle()
+    await h.journal.observe_written(PODS, pod("4", ready=False), Change.MODIFIED)  # older than the deletion
+    await h.close()
+    assert h.view.domain(UID).daemon_pods() == []
+    assert h.journal.cached(PODS, "drv", "daemon-a") is None
