@@ -2,11 +2,12 @@
 
 Runs the real plugin pieces (gRPC server, prepare path, SQLite event log, CDI writer, Kubernetes adapter)
 against the simulated API server on loopback (`cdctl sim apiserver`, a separate process like a real one),
-with the readiness condition already met (the domain's clique
-lists this node's daemon as Ready). Each claim is prepared and then unprepared, one after the other (a node
-has one channel-0). Runs twice: event log on tmpfs (/dev/shm) and on disk. The projection runner
-follows the log as in the plugin process. Prints the figures and writes
-bench/results/prepare-<UTC time>.json (with the machine's load average, since other work skews p99).
+with the readiness condition already met (the domain's clique lists this node's daemon as Ready). Each claim
+is prepared and then unprepared, one after the other (a node has one channel-0). Runs with the event log on
+tmpfs (/dev/shm) and on disk; then the prepare path alone (no gRPC, no API server: an in-process cluster
+port with readiness met) to separate the plugin's own cost. The projection runner follows the log as in the
+plugin process. Prints the figures and writes bench/results/prepare-<UTC time>.json (with the machine's load
+average, since other work on the same cores skews p99).
 
     .venv/bin/python bench/prepare.py [--claims 1000]
 """
@@ -34,9 +35,11 @@ import structlog
 from grpclib.client import Channel
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
+from cdctl.api.refs import DomainInfo
 from cdctl.k8s.plugincluster import KubeClusterPort, connect, disconnect
 from cdctl.k8s.rest import KubeApi
 from cdctl.plugin.checkpoint import ClaimBook
+from cdctl.plugin.devices import parse_claim
 from cdctl.plugin.driver import Driver
 from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths
@@ -221,6 +224,83 @@ async def run(log_dir: Path, claims: int) -> dict[str, Any]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+class ReadyCluster:
+    """An in-process ClusterPort with the readiness condition met: isolates the plugin's own cost."""
+
+    def __init__(self, uid: str) -> None:
+        self.domain = DomainInfo(uid, "bench", NS)
+        self.labels: dict[str, str] = {}
+
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+    async def get_compute_domain(self, uid: str) -> DomainInfo | None:
+        return self.domain if uid == self.domain.uid else None
+
+    async def add_node_label(self, node: str, domain_uid: str) -> None:
+        self.labels[node] = domain_uid
+
+    async def remove_node_label(self, node: str, domain_uid: str) -> None:
+        self.labels.pop(node, None)
+
+    async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
+        return True
+
+    async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
+        return None
+
+
+async def run_plugin_only(log_dir: Path, claims: int) -> dict[str, Any]:
+    """The prepare path alone (event log appends, CDI write with fsync), no gRPC and no API server."""
+    base = Path(tempfile.mkdtemp(prefix="cdb", dir="/tmp"))
+    store = await SqliteEventStore.open(log_dir / "events.db")
+    try:
+        (base / "devices").write_text(PROC_DEVICES)
+        book = await ClaimBook.load(store, NODE)
+        settings = PrepareSettings(
+            node=NODE, plugin_dir=base / DRIVER, cdi_root=log_dir / "cdi", proc_devices=str(base / "devices")
+        )
+        state = DeviceState(settings, book, ReadyCluster("dom"), FabricStatus(clique_id=CLIQUE))
+        params = {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "ComputeDomainChannelConfig",
+            "domainID": "dom",
+        }
+        prep: list[float] = []
+        unprep: list[float] = []
+        for i in range(claims):
+            claim = parse_claim(
+                {
+                    "metadata": {"uid": f"uid-{i}", "namespace": NS, "name": f"c{i}"},
+                    "status": {"allocation": {"devices": {
+                        "results": [{"request": "channel", "driver": DRIVER, "pool": NODE,
+                                     "device": "channel-0"}],
+                        "config": [{"source": "FromClaim", "requests": ["channel"],
+                                    "opaque": {"driver": DRIVER, "parameters": params}}],
+                    }}},
+                }
+            )  # fmt: skip
+            t0 = time.perf_counter()
+            await state.prepare(claim, book.version(claim.ref.uid))
+            t1 = time.perf_counter()
+            await state.unprepare(claim.ref)
+            t2 = time.perf_counter()
+            prep.append((t1 - t0) * 1000)
+            unprep.append((t2 - t1) * 1000)
+        return summary(claims, prep, unprep)
+    finally:
+        await store.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def summary(claims: int, prep: list[float], unprep: list[float]) -> dict[str, Any]:
+    return {
+        "claims": claims,
+        "prepare_ms": {"p50": pct(prep, 0.5), "p99": pct(prep, 0.99), "mean": statistics.fmean(prep)},
+        "unprepare_ms": {"p50": pct(unprep, 0.5), "p99": pct(unprep, 0.99), "mean": statistics.fmean(unprep)},
+    }
+
+
 async def _uid(api: KubeApi, i: int) -> str:
     obj = await api.get(f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/c{i}")
     return str(obj["metadata"]["uid"])
@@ -228,15 +308,21 @@ async def _uid(api: KubeApi, i: int) -> str:
 
 async def main(claims: int) -> None:
     report: dict[str, Any] = {"machine": platform.platform(), "python": platform.python_version()}
-    for label, parent in (("tmpfs", Path("/dev/shm")), ("disk", Path("/var/tmp"))):
+    runs = [
+        ("tmpfs", Path("/dev/shm"), run),
+        ("disk", Path("/var/tmp"), run),
+        ("plugin-only-tmpfs", Path("/dev/shm"), run_plugin_only),
+        ("plugin-only-disk", Path("/var/tmp"), run_plugin_only),
+    ]
+    for label, parent, fn in runs:
         log_dir = Path(tempfile.mkdtemp(prefix="cdctl-bench-", dir=parent))
         try:
-            report[label] = await run(log_dir, claims)
+            report[label] = await fn(log_dir, claims)
         finally:
             shutil.rmtree(log_dir, ignore_errors=True)
         r = report[label]
         print(
-            f"{label:5}  prepare p50 {r['prepare_ms']['p50']:.2f} ms  p99 {r['prepare_ms']['p99']:.2f} ms   "
+            f"{label:17}  prepare p50 {r['prepare_ms']['p50']:.2f} ms  p99 {r['prepare_ms']['p99']:.2f} ms   "
             f"unprepare p50 {r['unprepare_ms']['p50']:.2f} ms  p99 {r['unprepare_ms']['p99']:.2f} ms  "
             f"({claims} claims)"
         )
