@@ -19,7 +19,7 @@ from cdctl.controller.clique import Cliques
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.daemonset import DaemonSets
 from cdctl.controller.nodes import NodeLabels
-from cdctl.controller.resourceclaimtemplate import ClaimTemplates
+from cdctl.controller.resourceclaimtemplate import ClaimTemplateConflict, ClaimTemplates
 from cdctl.controller.status import Status
 from cdctl.controller.view import DomainState
 from cdctl.domain.computedomains import FINALIZER, TARGET_WORKLOAD, ComputeDomainTornDown
@@ -79,9 +79,15 @@ class ComputeDomainReconciler:
             cd = self._fresh(state, cd)
         if self.ctx.settings.driver_managed_daemons:
             await self.daemon_sets.ensure(state, cd)
-        await self.templates.ensure_workload(state, cd)
+        conflict: ClaimTemplateConflict | None = None
+        try:
+            await self.templates.ensure_workload(state, cd)
+        except ClaimTemplateConflict as exc:  # the user's to fix; cliques and status still follow the daemons
+            conflict = exc
         nodes = await self.cliques.sync(state, cd)
         await self.status.write(state, self._fresh(state, cd), nodes)
+        if conflict is not None:
+            raise conflict
 
     def _fresh(self, state: DomainState, cd: JsonObject) -> JsonObject:
         meta = cd["metadata"]

@@ -161,6 +161,8 @@ async def test_a_foreign_template_with_the_same_name_is_reported_on_the_domain(t
         assert event["involvedObject"]["uid"] == cd["metadata"]["uid"]
         assert "team-a/taken already exists" in event["message"]
         assert "labels" not in cluster.get(*RCT, USER_NAMESPACE, "taken")["metadata"]
+        # The conflict blocks the template, not the rest: the status is still kept.
+        await eventually(lambda: (cluster.domain("cd1") or {}).get("status", {}).get("status") == "Ready")
 
         async def warned() -> list[DomainActionSucceeded]:
             events = [decode(e) for e in await log.read_stream(f"domain/{cd['metadata']['uid']}")]
