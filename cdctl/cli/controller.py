@@ -253,6 +253,9 @@ def controller(**options: object) -> None:
     except CdctlError as exc:
         click.echo(f"cdctl controller: {exc.message}", err=True)
         sys.exit(exc.exit_code)
+    except Exception as exc:  # a fatal start-up error (no cluster, no DRA API): one line, exit 1
+        click.echo(f"cdctl controller: {type(exc).__name__}: {' '.join(str(exc).split())}", err=True)
+        sys.exit(1)
 
 
 def build_settings(options: dict[str, object]) -> ControllerSettings:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -168,3 +170,28 @@ def test_losing_the_lease_exits_non_zero_with_one_line(monkeypatch: pytest.Monke
     )
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1] == "cdctl controller: lease lock lost by p-1234"
+
+
+def test_a_fatal_start_up_error_is_one_line_without_a_traceback(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    args = [
+        "--pod-name",
+        "p",
+        "--image-name",
+        "img",
+        "--log-verbosity-cd-daemon",
+        "4",
+        "--kubeconfig",
+        str(kubeconfig),
+    ]
+    result = CliRunner().invoke(cli.controller, args, env={})
+    assert result.exit_code == 1
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("cdctl controller: TransportError: 0 Transport: GET /apis/resource.k8s.io")
+    assert "Traceback" not in result.output
