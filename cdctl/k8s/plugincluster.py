@@ -3,8 +3,9 @@
 Called by the plugin's prepare path through that interface. ResourceClaims are read fresh (GET) in the
 resource.k8s.io version the cluster serves; ComputeDomains are followed by an informer indexed by UID (a
 miss re-lists once, so a domain created a moment ago is found); daemon readiness reads the domain's
-ComputeDomainClique `<uid>.<cliqueID>` in the driver namespace (gate ComputeDomainCliques) and falls back to
-`status.nodes` of the ComputeDomain. The node's own label is decided on a watched copy of the Node (writes
+ComputeDomainClique `<uid>.<cliqueID>` in the driver namespace (gate ComputeDomainCliques; a watched copy
+that says Ready answers without a request, anything else is read fresh) and falls back to `status.nodes` of
+the ComputeDomain. The node's own label is decided on a watched copy of the Node (writes
 carry its resourceVersion, so a stale copy answers 409 and the next attempt re-reads). API errors become
 RetriableError or PermanentError here.
 """
@@ -72,6 +73,7 @@ class KubeClusterPort:
         self._relist_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._nodes: dict[str, JsonObject] = {}  # the followed Node, newest copy seen or written
+        self._cliques: dict[str, JsonObject] = {}  # watched ComputeDomainCliques of the driver namespace
 
     # ---- ComputeDomain index
 
@@ -80,6 +82,8 @@ class KubeClusterPort:
         self._tasks.append(asyncio.create_task(self._follow_domains(), name="computedomain-informer"))
         if node:
             self._tasks.append(asyncio.create_task(self._follow_node(node), name="node-informer"))
+        if self.use_cliques:
+            self._tasks.append(asyncio.create_task(self._follow_cliques(), name="clique-informer"))
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -114,6 +118,15 @@ class KubeClusterPort:
                 else:
                     self._domains[item.uid] = domain_info(item.obj)
 
+    async def _follow_cliques(self) -> None:
+        informer = Informer(self.api, COMPUTE_DOMAIN_CLIQUES, namespace=self.driver_namespace)
+        async for item in informer.observe():
+            if isinstance(item, Observation):
+                if item.change is Change.DELETED:
+                    self._cliques.pop(item.name, None)
+                else:
+                    self._cliques[item.name] = item.obj
+
     async def _relist_domains(self) -> None:
         async with self._relist_lock:
             listing = await self.api.list_objects(COMPUTE_DOMAINS.collection_path())
@@ -144,8 +157,13 @@ class KubeClusterPort:
             raise
 
     async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
+        """Ready per the watched clique (no request), else a fresh read of the clique, else of the domain."""
         if self.use_cliques and clique_id:
-            path = COMPUTE_DOMAIN_CLIQUES.object_path(self.driver_namespace, f"{domain.uid}.{clique_id}")
+            name = f"{domain.uid}.{clique_id}"
+            for daemon in self._cliques.get(name, {}).get("daemons") or []:
+                if daemon.get("nodeName") == node and daemon.get("status") == READY:
+                    return True
+            path = COMPUTE_DOMAIN_CLIQUES.object_path(self.driver_namespace, name)
             clique = await _mapped("reading ComputeDomainClique", lambda: self.api.get_or_none(path))
             for daemon in (clique or {}).get("daemons") or []:
                 if daemon.get("nodeName") == node:
