@@ -1,7 +1,7 @@
 """cdctl: an event-sourced control plane for NVIDIA IMEX ComputeDomains on Kubernetes.
 
 Layers (architecture.md section 4) import downward only:
-cli -> {controller, plugin, daemon, sim} -> {projections, k8s} -> api -> store -> domain.
+cli -> sim -> {controller, plugin, daemon} -> {projections, k8s} -> api -> store -> domain.
 """
 
 __version__ = "0.1.0"

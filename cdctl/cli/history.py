@@ -25,6 +25,7 @@ from cdctl.domain.events import RecordedEvent
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import VerifyReport, replay, verify_chain, verify_projections
 from cdctl.projections.sinks import SqliteSink
+from cdctl.store.schema import load_migrations
 from cdctl.store.sqlite import SELECT_EVENTS, SqliteEventStore, row_to_event
 
 db_option = click.option(
@@ -194,6 +195,13 @@ def verify(db: Path) -> None:
     async def main() -> VerifyReport:
         report = VerifyReport()
         async with await _open(db) as store:
+            latest = len(load_migrations())
+            if store.schema_version < latest:
+                raise StoreError(
+                    f"{db}: schema version {store.schema_version}, older than this cdctl's {latest}:"
+                    " its views cannot be compared; verify it with the cdctl that wrote it,"
+                    " or let a writer migrate it first"
+                )
             await verify_chain(store, report)
             if report.ok:
                 await verify_projections(store, lifecycle_projections(), SqliteSink(store), report)

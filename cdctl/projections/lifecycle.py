@@ -94,7 +94,16 @@ class ChannelAllocations(Projection):
     """
 
     name = table = "channel_allocations"
-    columns = ("node", "channel", "claim_uid", "domain_uid", "allocated_at", "released_at", "position")
+    columns = (
+        "node",
+        "channel",
+        "claim_uid",
+        "domain_uid",
+        "allocated_at",
+        "released_at",
+        "position",
+        "count",
+    )
     key_columns = ("node", "channel", "claim_uid")
     handles = frozenset(
         {ChannelAllocated.TYPE, ChannelReleased.TYPE, ClaimUnprepared.TYPE, ClaimInvalidated.TYPE}
@@ -108,7 +117,7 @@ class ChannelAllocations(Projection):
                 return []  # a repeated allocation after a crash: still the same one
             row = dict(zip(self.key_columns, key, strict=True))
             row.update(domain_uid=str(data.get("domain_uid", "")), allocated_at=at, released_at=None)
-            row["position"] = event.position
+            row.update(position=event.position, count=int(data.get("count", 1)))
             index = view.get(("open", key[2]), {"keys": []})
             return [
                 Change(key, row),

@@ -91,6 +91,7 @@ class SqliteEventStore(EventStore):
         self._read_engine = _engine(path, read_only=True) if read_only else None
         self._reader: AsyncConnection | None = None
         self._read_driver: Any = None
+        self.schema_version = 0
 
     @classmethod
     async def open(
@@ -128,6 +129,7 @@ class SqliteEventStore(EventStore):
         self._reader = await self._read_engine.connect()
         self._read_driver = await driver_of(self._reader)
         version = (await self._reader.exec_driver_sql("PRAGMA user_version")).scalar_one()
+        self.schema_version = int(version)
         if self.read_only:
             if version == 0:
                 raise StoreError(f"{self.path}: empty file, not a cdctl event log")

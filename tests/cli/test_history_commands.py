@@ -186,3 +186,22 @@ async def test_follow_prints_events_appended_by_another_process(tmp_path: Path) 
             await follower.wait()
     assert (first["position"], first["data"]) == (1, {"n": 1})
     assert (second["position"], second["data"]) == (2, {"n": 2})
+
+
+def test_an_older_log_is_readable_but_verify_says_why_it_cannot_compare(tmp_path: Path) -> None:
+    from cdctl.store.schema import load_migrations, migration_script
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    for migration in load_migrations()[:4]:
+        conn.executescript(migration_script(migration))
+    conn.execute(
+        "INSERT INTO events VALUES (1, 'claim/u1', 1, 'ClaimUnprepared', 1, ?, '{}', ?, ?)",
+        ('{"claim_uid":"u1"}', "2026-01-01T00:00:00.000000+00:00", "f" * 64),
+    )
+    conn.commit()
+    conn.close()
+    code, out, _ = invoke("events", "--db", str(path), "--json")
+    assert code == 0 and json.loads(out)["type"] == "ClaimUnprepared"
+    code, _, err = invoke("verify", "--db", str(path))
+    assert code == 3 and "schema version 4, older than this cdctl's" in err and err.count("\n") == 1

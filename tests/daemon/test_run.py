@@ -53,6 +53,16 @@ async def test_without_the_cdi_edits_run_fails_with_one_clear_line(rig: Rig) -> 
     ]
 
 
+async def test_without_cluster_access_run_fails_with_one_line(rig: Rig) -> None:
+    daemon = rig.daemon("outside", "n1", "10.60.0.1", "uid-x", KUBECONFIG="")
+    done = await asyncio.to_thread(daemon.cli, "daemon", "run")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "cdctl: error: cannot configure the Kubernetes client from the in-cluster service account: "
+        "Service host/port is not set."
+    ]
+
+
 async def test_an_empty_clique_id_labels_the_pod_and_idles_until_sigterm(rig: Rig) -> None:
     daemon = rig.daemon("loner", "n1", "10.60.0.1", "uid-x", clique="")
     await rig.start(daemon)

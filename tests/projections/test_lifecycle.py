@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdctl.domain.claims import ClaimPrepareFenced, claim_stream
+from cdctl.domain.claims import ChannelAllocated, ClaimPrepareFenced, ClaimPrepareStarted, claim_stream
 from cdctl.domain.events import NewEvent
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import replay
@@ -107,3 +107,15 @@ async def test_a_claim_prepared_again_after_unprepare_gets_a_fresh_request(store
         ("", "PrepareStarted"),
         ("PrepareStarted", "PrepareCompleted"),
     ]
+
+
+async def test_an_all_mode_allocation_records_how_many_channels_it_holds(store: EventStore) -> None:
+    await store.append(
+        claim_stream("u6"),
+        [
+            NewEvent.of(ClaimPrepareStarted("u6", "ns", "all", "n1", "channel", "d1", "a1", ["channel-0"])),
+            NewEvent.of(ChannelAllocated("u6", "n1", 0, "d1", count=2048)),
+        ],
+    )
+    [row] = (await replay(store, lifecycle_projections())).tables["channel_allocations"]
+    assert (row["channel"], row["count"]) == (0, 2048)
