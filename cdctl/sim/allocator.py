@@ -1,7 +1,8 @@
 """Stand-in for the scheduler and its DRA allocation: picks devices for a pod's claims, binds the pod.
 
 For each pod whose claims all exist, it chooses a node (the pod's own `spec.nodeName`, else the first node
-by name that matches `spec.nodeSelector` and can satisfy every claim), picks devices from the ResourceSlices
+by name that matches `spec.nodeSelector`, passes the extended-resource and pod-affinity filters of
+cdctl.sim.placement, and can satisfy every claim), picks devices from the ResourceSlices
 published for that node whose DeviceClass and request CEL selectors match, honouring `exactly` /
 `firstAvailable`, `allocationMode` (ExactCount with `count`, or All), and never handing a device that any
 claim holds to another. It writes `status.allocation` (results with request/driver/pool/device, config from
@@ -18,6 +19,7 @@ from typing import Any
 from cdctl.sim.celdevices import SelectorError, device_context, selectors_match
 from cdctl.sim.errors import ApiError
 from cdctl.sim.objectmeta import now_rfc3339
+from cdctl.sim.placement import Placement
 from cdctl.sim.selectors import selector_from_match_labels
 from cdctl.sim.store import ObjectStore
 
@@ -181,7 +183,7 @@ class Allocator:
         return allocation
 
     # ---- one pod -------------------------------------------------------------------------------------------
-    def _candidate_nodes(self, pod: dict[str, Any]) -> list[str]:
+    def _candidate_nodes(self, pod: dict[str, Any], placement: Placement) -> list[str]:
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound:
             return [bound]
@@ -190,7 +192,9 @@ class Allocator:
         return [
             n["metadata"]["name"]
             for n in nodes
-            if wanted.matches(n["metadata"].get("labels")) and not (n.get("spec") or {}).get("unschedulable")
+            if wanted.matches(n["metadata"].get("labels"))
+            and not (n.get("spec") or {}).get("unschedulable")
+            and placement.fits(pod, n["metadata"]["name"])
         ]
 
     def _plan(
@@ -210,7 +214,7 @@ class Allocator:
                 return None
         return plan
 
-    def _schedule(self, pod: dict[str, Any], in_use: set[DeviceKey]) -> None:
+    def _schedule(self, pod: dict[str, Any], in_use: set[DeviceKey], placement: Placement) -> None:
         namespace, pod_name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         names = claim_names(pod)
         if names is None:
@@ -231,7 +235,7 @@ class Allocator:
         )
         if reserved and pod["spec"].get("nodeName"):
             return
-        for node in self._candidate_nodes(pod):
+        for node in self._candidate_nodes(pod, placement):
             plan = self._plan(claims, node, in_use)
             if plan is None:
                 continue
@@ -257,15 +261,17 @@ class Allocator:
                 latest = self.store.get(self.store.type_of(*PODS), namespace, pod_name)
                 latest["spec"]["nodeName"] = node
                 self.store.update(self.store.type_of(*PODS), namespace, pod_name, latest)
+                placement.bind(latest, node)
             return
 
     def reconcile(self) -> None:
         in_use = self._in_use()
         pods, _ = self.store.list_objects(self.store.type_of(*PODS))
+        placement = Placement.of(self.store.list_objects(self.store.type_of(*NODES))[0], pods)
         for pod in pods:
             if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
                 "Succeeded",
                 "Failed",
             ):
                 continue
-            self._schedule(pod, in_use)
+            self._schedule(pod, in_use, placement)
