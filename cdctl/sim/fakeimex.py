@@ -5,6 +5,8 @@ IMEX_NODE_CONFIG_FILE, IMEX_CMD_BIND_INTERFACE_IP / BIND_INTERFACE_IP, SERVER_PO
 node list, registers itself, re-reads the node list on SIGUSR1 and leaves on SIGTERM/SIGINT (exit 0).
 `python -m cdctl.sim.fakeimex ctl -c CFG -q` answers `READY` once the local daemon runs and every peer in its
 node list that resolves (an IP, or a name in the hosts file) is up, else `NOT_READY`; `-N` lists the peers.
+Slots the daemon maps to the unused-slot address (cdctl.domain.imex.DEFAULT_UNUSED_ADDRESS: no daemon there)
+are UNUSED and do not hold readiness back.
 Peers find each other through files in one registry directory on this machine (`CDCTL_FAKE_IMEX_DIR`); names
 resolve through `CDCTL_FAKE_IMEX_HOSTS` (default /etc/hosts). `install_executables(bin_dir)` writes the two
 commands under their real names, for a PATH the cdctl daemon finds them on. Used by the rack and the tests.
@@ -21,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cdctl.domain.imex import DEFAULT_UNUSED_ADDRESS as UNUSED_SLOT_ADDRESS
 
 REGISTRY_ENV = "CDCTL_FAKE_IMEX_DIR"
 HOSTS_ENV = "CDCTL_FAKE_IMEX_HOSTS"
@@ -153,6 +157,8 @@ def peer_states(config: ImexConfig, registry: Registry, hosts: dict[str, str]) -
             states[node] = "UNRESOLVED"
         else:
             states[node] = "UP" if address == config.address or registry.entry(address) else "DOWN"
+            if address == UNUSED_SLOT_ADDRESS:
+                states[node] = "UNUSED"  # a slot without a daemon: no IMEX will ever answer, none is expected
     return states
 
 

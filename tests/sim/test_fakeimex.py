@@ -34,6 +34,10 @@ def _write_hosts(path: Path) -> None:
     )
 
 
+def _write_slot_hosts(path: Path) -> None:
+    path.write_text("10.0.0.1\tslot-0\n192.0.2.1\tslot-1\n10.0.0.3\tslot-2\n")
+
+
 @pytest.fixture
 def imex_env(tmp_path: Path) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
@@ -148,3 +152,16 @@ async def test_missing_node_file_setting_is_an_error(tmp_path: Path, imex_env: d
         _, error = await process.communicate()
     assert process.returncode == 2
     assert b"IMEX_NODE_CONFIG_FILE" in error
+
+
+async def test_slots_mapped_to_the_unused_address_do_not_hold_readiness_back(
+    tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
+) -> None:
+    _write_slot_hosts(Path(imex_env["CDCTL_FAKE_IMEX_HOSTS"]))
+    slots = ["slot-0", "slot-1", "slot-2"]
+    first = _write_config(tmp_path / "a", "10.0.0.1", slots)
+    await _start(imex_env, first, daemons)
+    assert await _query(imex_env, first, "-N") == (0, "slot-0\tUP\nslot-1\tUNUSED\nslot-2\tDOWN\n")
+    assert await _query(imex_env, first, "-q") == (0, "NOT_READY\n")
+    await _start(imex_env, _write_config(tmp_path / "c", "10.0.0.3", slots), daemons)
+    assert await _query(imex_env, first, "-q") == (0, "READY\n")
