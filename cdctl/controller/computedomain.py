@@ -6,7 +6,11 @@ workload template; delete the daemon templates and DaemonSets in every namespace
 remove the workload template's finalizer and wait until it is gone; remove the daemon templates' and
 DaemonSets' finalizers and wait until they are gone; delete the cliques; remove the domain's finalizer. A
 domain that no longer exists but left objects behind (an orphan, found by the sweep) gets the same teardown
-without the last step. Called by the work queue of cdctl.controller.manager with the domain's uid.
+without the last step. Under HostManagedIMEX the host's nvidia-imex owns the IMEX domain: a live domain gets
+its finalizer, the workload template and `status.status=Ready` (admitted, nothing more); teardown deletes the
+workload template, removes its finalizer, waits until it is gone and removes the domain's finalizer (no
+DaemonSets, daemon templates, node labels or cliques exist to touch; the metrics read the view, so a domain
+that left it is forgotten). Called by the work queue of cdctl.controller.manager with the domain's uid.
 """
 
 from __future__ import annotations
@@ -77,8 +81,11 @@ class ComputeDomainReconciler:
                 True,
             )
             cd = self._fresh(state, cd)
-        if self.ctx.settings.driver_managed_daemons:
-            await self.daemon_sets.ensure(state, cd)
+        if not self.ctx.settings.driver_managed_daemons:
+            await self.templates.ensure_workload(state, cd)
+            await self.status.write_admitted(state, self._fresh(state, cd))
+            return
+        await self.daemon_sets.ensure(state, cd)
         conflict: ClaimTemplateConflict | None = None
         try:
             await self.templates.ensure_workload(state, cd)
@@ -96,6 +103,9 @@ class ComputeDomainReconciler:
 
     async def teardown(self, state: DomainState, cd: JsonObject | None) -> None:
         """The reference's delete flow; the view is read again after each step that wrote."""
+        if not self.ctx.settings.driver_managed_daemons:
+            await self._teardown_host_managed(state, cd)
+            return
         uid = state.uid
         await self.templates.delete(state, TARGET_WORKLOAD)
         await self.daemon_sets.delete(state)
@@ -108,6 +118,20 @@ class ComputeDomainReconciler:
         state = self.ctx.view.domain(uid)
         self._assert_gone(self.daemon_sets.remaining(state), "daemon objects")
         await self.cliques.delete_all(state)
+        await self._release(state, cd)
+
+    async def _teardown_host_managed(self, state: DomainState, cd: JsonObject | None) -> None:
+        """HostManagedIMEX: only the workload template was made, so only it is deleted and waited for."""
+        uid = state.uid
+        await self.templates.delete(state, TARGET_WORKLOAD)
+        state = self.ctx.view.domain(uid)
+        await self.templates.remove_finalizers(state, TARGET_WORKLOAD)
+        state = self.ctx.view.domain(uid)
+        self._assert_gone(self.templates.remaining(state, TARGET_WORKLOAD), "workload ResourceClaimTemplate")
+        await self._release(state, cd)
+
+    async def _release(self, state: DomainState, cd: JsonObject | None) -> None:
+        """Last teardown step of a domain that still exists: remove its finalizer, record the teardown."""
         if cd is None:
             return
         meta = cd["metadata"]

@@ -2,7 +2,8 @@
 
 Informers follow ComputeDomains in every namespace, labelled Nodes and ResourceClaimTemplates cluster-wide,
 and labelled DaemonSets, daemon pods and ComputeDomainCliques in each managed namespace (the chart grants
-those per namespace). Every observation is recorded and folded by the journal, which enqueues the domain it
+those per namespace); under HostManagedIMEX only ComputeDomains and ResourceClaimTemplates, what the chart
+grants there. Every observation is recorded and folded by the journal, which enqueues the domain it
 concerns after a short batch window, so that a burst of changes (144 daemons turning Ready) costs one
 reconcile and one write per object. Workers start only when the log has been replayed and every informer
 has listed once, so a domain is never judged on a partial view. A sweep enqueues every known domain at start
@@ -90,14 +91,15 @@ class ControllerManager:
 
         informers = [
             informer(COMPUTE_DOMAINS),
-            informer(NODES, selector=labelled),
             informer(resource_claim_templates(resource_version), selector=labelled),
         ]
+        if not self.settings.driver_managed_daemons:
+            return informers  # HostManagedIMEX: no daemons, cliques or node labels (nor RBAC to watch them)
+        informers.append(informer(NODES, selector=labelled))
         for namespace in self.settings.managed_namespaces:
             informers.append(informer(PODS, namespace, labelled))
             informers.append(informer(COMPUTE_DOMAIN_CLIQUES, namespace, labelled))
-            if self.settings.driver_managed_daemons:
-                informers.append(informer(DAEMON_SETS, namespace, labelled))
+            informers.append(informer(DAEMON_SETS, namespace, labelled))
         return informers
 
     def _changed(self, uid: str) -> None:

@@ -1,9 +1,11 @@
 """ComputeDomain status: `status.nodes` and the global Ready/NotReady, written only when they change.
 
 The desired status comes from cdctl.domain.computedomains.desired_status over the clique entries and the
-non-fabric daemons (reference section 2.4, without the DaemonSet-count shortcut). It is compared with the
-status last observed in the view and written through the status subresource with an update guarded by
-resourceVersion (a conflict retries with the newer object). Called by cdctl.controller.computedomain.
+non-fabric daemons (reference section 2.4, without the DaemonSet-count shortcut); under HostManagedIMEX it
+is Ready with no nodes, meaning only that the domain was admitted and its workload template exists. It is
+compared with the status last observed in the view and written through the status subresource with an
+update guarded by resourceVersion (a conflict retries with the newer object). Called by
+cdctl.controller.computedomain.
 """
 
 from __future__ import annotations
@@ -33,7 +35,18 @@ class Status:
         """Write the status if it differs from what was last observed; whether a write happened."""
         if state.cd is None:
             return False
-        desired = desired_status(nodes, state.cd.num_nodes)
+        return await self._write(state, cd, desired_status(nodes, state.cd.num_nodes), nodes)
+
+    async def write_admitted(self, state: DomainState, cd: JsonObject) -> bool:
+        """HostManagedIMEX: Ready once admitted with its workload template (`numNodes`, host IMEX ignored)."""
+        if state.cd is None:
+            return False
+        return await self._write(state, cd, {"status": STATUS_READY, "nodes": []}, ())
+
+    async def _write(
+        self, state: DomainState, cd: JsonObject, desired: JsonObject, nodes: Sequence[DaemonEntry]
+    ) -> bool:
+        assert state.cd is not None
         if same_status(state.cd.status, desired):
             return False
         written = await self.ctx.actions.replace(
