@@ -5,7 +5,10 @@ attempt each; the driver retries retriable errors within the kubelet's budget) a
 Each attempt runs under the node lock. Events go to the claim stream before the world changes (node label,
 CDI file) and the outcome after: PrepareStarted, ChannelAllocated, CdiSpecWritten + PrepareCompleted, or
 PrepareFailed; Unprepare appends ChannelReleased + Unprepared. A prepare attempt that began before the claim
-was last unprepared or invalidated is fenced (Go issue 1162).
+was last unprepared or invalidated is fenced (Go issue 1162). Under HostManagedIMEX (`host_managed`) a
+channel claim is prepared without a node label or a readiness wait, `check_host_managed_config` refuses any
+allocationMode but unset/Single and every daemon claim, a node without a clique is refused, and unprepare
+leaves node labels alone; each refusal is a permanent ClaimPrepareFailed in the claim's stream.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from cdctl.api.configs import ChannelConfig, DaemonConfig
+from cdctl.api.configs import ALLOCATION_MODE_SINGLE, ChannelConfig, DaemonConfig, DeviceConfig
 from cdctl.api.refs import DomainInfo
 from cdctl.domain import claims as c
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
@@ -47,6 +50,23 @@ log = structlog.get_logger("cdctl.plugin.prepare")
 
 TEMPLATE_NAME = "compute-domain-daemon-config.tmpl.cfg"
 NOT_READY_DELAY = 0.5
+HOST_MANAGED_ALLOCATION_MODES = ("", ALLOCATION_MODE_SINGLE)
+NO_CLIQUE_UNDER_HOST_MANAGED = "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
+
+
+def check_host_managed_config(config: DeviceConfig) -> None:
+    """HostManagedIMEX's explicit allowlist, ahead of generic validation: channel claims with allocationMode
+    unset or Single only (any other value, All included, is refused by name), and no daemon claims."""
+    if isinstance(config, DaemonConfig):
+        raise PermanentError(
+            "daemon claims are disabled under HostManagedIMEX: the host's nvidia-imex owns the IMEX domain "
+            "(no daemon device is published, no daemon claim template made: a stale or hand-made claim)"
+        )
+    if config.allocation_mode not in HOST_MANAGED_ALLOCATION_MODES:
+        raise PermanentError(
+            f"allocationMode {config.allocation_mode} is not supported with HostManagedIMEX: "
+            "only Single (or unset) is allowed, one channel (channel 0) per node"
+        )
 
 
 class PrepareFenced(PermanentError):
@@ -147,6 +167,8 @@ class DeviceState:
         configs = get_opaque_device_configs(claim.configs, strict=True, obj=obj)
         out = _Prepared()
         for opaque, results in get_config_results_map(claim, configs):
+            if self.settings.host_managed:
+                check_host_managed_config(opaque.config)
             opaque.config.validate("default config" if opaque.default else obj)
             if isinstance(opaque.config, ChannelConfig):
                 await self._apply_channel(claim, opaque.config, results, out)
@@ -238,8 +260,6 @@ class DeviceState:
         s = self.settings
         if len(results) != 1:
             raise PermanentError(f"applyComputeDomainChannelConfig: unexpected results: {len(results)}")
-        if s.host_managed and config.all_channels:
-            raise PermanentError("allocationMode All is not supported with HostManagedIMEX")
         count = MAX_CHANNELS if config.all_channels else 1
         uid = claim.ref.uid
         assert_imex_channel_not_allocated(self.book.records(), 0, uid)
@@ -252,9 +272,7 @@ class DeviceState:
             raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
         clique = self.fabric.clique_id
         if s.host_managed and not clique:
-            raise PermanentError(
-                "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
-            )
+            raise PermanentError(NO_CLIQUE_UNDER_HOST_MANAGED)
         rec = self.book.get(uid)
         if rec is None or len(rec.channels) < count:
             await self._append(uid, [c.ChannelAllocated(uid, s.node, 0, domain.uid, count)])
@@ -275,8 +293,6 @@ class DeviceState:
         self, claim: AllocatedClaim, opaque: OpaqueConfig, results: list[AllocationResult], out: _Prepared
     ) -> None:
         s = self.settings
-        if s.host_managed:
-            raise PermanentError("daemon claims are disabled under HostManagedIMEX")
         if len(results) != 1:
             raise PermanentError(
                 f"only expected 1 device for requests '{list(opaque.requests)}' in claim '{claim.ref.uid}'"
