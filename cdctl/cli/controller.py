@@ -4,7 +4,8 @@ Registered on the root group by cdctl.cli.main through `register(root)`. The fla
 (reference section 7), each with its environment twin (POD_NAME, NAMESPACE, IMAGE_NAME,
 CD_DAEMON_IMAGE_PULL_SECRET_NAMES, LOG_VERBOSITY_CD_DAEMON, MAX_NODES_PER_IMEX_DOMAIN, HTTP_ENDPOINT,
 METRICS_PATH, PPROF_PATH, ADDITIONAL_NAMESPACES, LEADER_ELECTION_*, KUBECONFIG, KUBE_API_QPS, KUBE_API_BURST,
-FEATURE_GATES), plus cdctl's own (CDCTL_DB, RESOURCE_API_VERSION, LOG_FORMAT, LOG_VERBOSITY). Durations take
+FEATURE_GATES), plus cdctl's own (CDCTL_DB, RESOURCE_API_VERSION, LOG_FORMAT, LOG_VERBOSITY, RACK_DOMAINS,
+RACK_LABEL, RACK_DOMAIN_NAMESPACE, RACK_DOMAIN_NAME). Durations take
 Go's forms ("15s", "1m30s", "500ms"). SIGTERM/SIGINT stop cleanly (exit 0, the lease released); losing the
 lease exits 1; a typed error ends the command with a one-line reason and its exit code.
 """
@@ -28,6 +29,12 @@ from cdctl.controller.app import run_controller
 from cdctl.controller.leader import LeadershipLost
 from cdctl.controller.settings import ControllerSettings, LeaderElectionSettings
 from cdctl.domain.errors import CdctlError
+from cdctl.domain.racks import (
+    DEFAULT_NAME_PATTERN,
+    DEFAULT_RACK_LABEL,
+    validate_name_pattern,
+    validate_rack_label,
+)
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -234,6 +241,34 @@ async def serve(settings: ControllerSettings) -> None:
     help="Changes to one ComputeDomain within this window are reconciled and written once (0: at once).",
 )
 @option(
+    "--rack-domains",
+    envvar="RACK_DOMAINS",
+    is_flag=True,
+    default=False,
+    help="Create one ComputeDomain per rack when its first node appears; delete it when the last is gone.",
+)
+@option(
+    "--rack-label",
+    envvar="RACK_LABEL",
+    default=DEFAULT_RACK_LABEL,
+    show_default=True,
+    help="Node label whose value names the rack (e.g. ds.coreweave.com/nvlink.domain).",
+)
+@option(
+    "--rack-domain-namespace",
+    envvar="RACK_DOMAIN_NAMESPACE",
+    default="default",
+    show_default=True,
+    help="Namespace of the rack domains, their templates and their workloads' claims.",
+)
+@option(
+    "--rack-domain-name",
+    envvar="RACK_DOMAIN_NAME",
+    default=DEFAULT_NAME_PATTERN,
+    show_default=True,
+    help="Rack domain name; {rack}: the label value as a DNS-1123 label. Template: imex-channel-<name>.",
+)
+@option(
     "--log-format",
     envvar="LOG_FORMAT",
     default="console",
@@ -291,6 +326,10 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         workers=int(str(options["workers"])),
         cleanup_interval_s=float(str(options["cleanup_interval"])),
         batch_window_s=float(str(options["batch_window"])),
+        rack_domains=bool(options["rack_domains"]),
+        rack_label=validate_rack_label(str(options["rack_label"])),
+        rack_domain_namespace=str(options["rack_domain_namespace"]),
+        rack_domain_name_pattern=validate_name_pattern(str(options["rack_domain_name"])),
     )
 
 

@@ -8,6 +8,7 @@ concerns after a short batch window, so that a burst of changes (144 daemons tur
 reconcile and one write per object. Workers start only when the log has been replayed and every informer
 has listed once, so a domain is never judged on a partial view. A sweep enqueues every known domain at start
 and every `cleanup_interval_s`, which tears down what domains that no longer exist left behind.
+With `rack_domains`, cdctl.controller.rackdomains runs beside the workers (one ComputeDomain per rack).
 cdctl.controller.app runs it inside API discovery, the event log, the HTTP endpoint and leader election.
 """
 
@@ -27,6 +28,7 @@ from cdctl.controller.journal import Journal
 from cdctl.controller.leader import LeaderElector
 from cdctl.controller.metrics import ControllerMetrics
 from cdctl.controller.queue import KeyedQueue, Outcome
+from cdctl.controller.rackdomains import RackDomains
 from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.domain.events import Actor
@@ -71,6 +73,7 @@ class ControllerManager:
             resource_version=resource_version,
         )
         self.reconciler = ComputeDomainReconciler(self.ctx)
+        self.rack_domains = RackDomains(self.ctx) if settings.rack_domains else None
         self.informers = self._informers(resource_version)
         self.synced = asyncio.Event()
         self.outcome_hooks: list[Callable[[Outcome], None]] = []
@@ -161,6 +164,8 @@ class ControllerManager:
             self.synced.set()
             group.create_task(self.queue.run())
             group.create_task(self._sweep())
+            if self.rack_domains is not None:
+                group.create_task(self.rack_domains.run())
 
     async def _sweep(self) -> None:
         while True:

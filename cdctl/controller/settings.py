@@ -44,6 +44,10 @@ class ControllerSettings:
     cleanup_interval_s: float = 600.0
     watch_timeout_s: int = 300
     batch_window_s: float = 0.1  # changes to one domain within this window are reconciled (and written) once
+    rack_domains: bool = False  # one ComputeDomain per rack, created when its first node appears
+    rack_label: str = "nvidia.com/gpu.clique"  # the node label whose value names the rack
+    rack_domain_namespace: str = "default"  # where rack domains (and their workloads' claims) live
+    rack_domain_name_pattern: str = "{rack}"  # the domain name; {rack}: the label value made a DNS-1123 label
 
     @property
     def managed_namespaces(self) -> tuple[str, ...]:
