@@ -55,9 +55,9 @@ def is_dns1123_label(name: str) -> bool:
 
 def validate_rack_label(key: str) -> str:
     """A label key (`[prefix/]name`, prefix a DNS subdomain, name at most 63 characters); returned as is."""
-    prefix, _, name = key.rpartition("/")
+    prefix, slash, name = key.rpartition("/")
     valid_name = 0 < len(name) <= DNS1123_LABEL_MAX and bool(_LABEL_NAME.match(name))
-    valid_prefix = not prefix or (
+    valid_prefix = not slash or (
         len(prefix) <= 253 and all(is_dns1123_label(part) for part in prefix.split("."))
     )
     if not key or not valid_name or not valid_prefix:
