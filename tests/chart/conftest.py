@@ -18,7 +18,8 @@ CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "cdctl"
 RELEASE = "cdctl"
 NAMESPACE = "cdctl-system"
 
-# The value sets rendered by every test: defaults, driver-managed and host-managed modes, leader election.
+# The value sets rendered by every test: defaults, driver-managed and host-managed modes, leader election, and
+# rack domains in each mode.
 SCENARIOS: dict[str, dict[str, Any]] = {
     "default": {},
     "driver-managed": {
@@ -28,6 +29,19 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "host-managed": {"featureGates": {"HostManagedIMEX": True}},
     "leader-election": {"controller": {"replicas": 2, "leaderElection": {"enabled": True}}},
+    "rack-domains": {
+        "controller": {
+            "rackDomains": {
+                "enabled": True,
+                "label": "ds.coreweave.com/nvlink.domain",
+                "namespace": "training",
+            }
+        }
+    },
+    "rack-domains-host-managed": {
+        "featureGates": {"HostManagedIMEX": True},
+        "controller": {"rackDomains": {"enabled": True}},
+    },
 }
 
 

@@ -54,6 +54,10 @@ EXCEPTIONS: dict[str, dict[tuple[str, str], set[str]]] = {
     "controller": {
         ("resource.nvidia.com", "computedomaincliques"): {"create", "delete"},
         ("", "events"): {"create", "patch"},  # Events on ComputeDomains a user must act on.
+        # Rack domains (controller.rackDomains.enabled): the controller creates one ComputeDomain per rack,
+        # deletes it when the rack is gone, and reads claims to keep a domain a workload still uses.
+        ("resource.nvidia.com", "computedomains"): {"create", "delete"},
+        ("resource.k8s.io", "resourceclaims"): READ,
     },
     "kubelet-plugin": {("", "events"): {"create", "patch"}},  # Events on the Node (fabric not ready).
     "daemon": {},
