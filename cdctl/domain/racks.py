@@ -7,12 +7,13 @@ ComputeDomain (numNodes 0, allocationMode Single) whose workload template is `im
 Naming (`rack_domain_name`) is deterministic, so a restart, a re-list or a second replica always arrive at
 the same name and the API server's create-if-absent does the rest. The rack value is lowercased, every run of
 characters outside [a-z0-9] becomes one "-", and "-" is trimmed from both ends; the name pattern (default
-`{rack}`) places the result. When that cleaning changed nothing (the value was already a lowercase DNS-1123
-label) the value is used as it is, e.g. `s0-011-us-west-01a`; otherwise, and whenever the result would be too
-long, the first 8 hex digits of the value's SHA-256 are appended (`cluster-a-32766-1f0c2a9b`). Collisions:
-two different values can only share a name if a cleaned value plus a hash equals another, already clean,
-value, i.e. a 32-bit hash collision; the controller also labels each domain with its rack value and never
-adopts or deletes a domain of that name that carries another rack (`Decision.CONFLICT`).
+`{rack}`) places the result. When lowercasing was all the cleaning did (the value was a DNS-1123 label but
+for its case) the lowercased value is the name, e.g. `S0-011-US-WEST-01A` -> `s0-011-us-west-01a`; otherwise,
+and whenever the result would be too long, the first 8 hex digits of the value's SHA-256 are appended
+(`6a130f54-...-32766-1f0c2a9b`). Collisions: values that differ only in case share a name; any other two
+values share one only by a 32-bit hash collision. Either way the controller labels each domain with its rack
+value and never adopts or deletes a domain of that name that carries another rack: the rack that came
+second gets no domain, and a `RackDomainConflict` event and a Warning Event say so (`Decision.CONFLICT`).
 
 `decide` turns what is known about one rack (its nodes, its domain, the claims of that domain still
 allocated) into one decision; the events of stream `rack/<name>` recording each decision are at the end.
@@ -95,7 +96,7 @@ def rack_domain_name(value: str, pattern: str = DEFAULT_NAME_PATTERN) -> str:
     before, _, after = validate_name_pattern(pattern).partition(PLACEHOLDER)
     room = DNS1123_LABEL_MAX - len(before) - len(after)
     cleaned = clean(value)
-    if cleaned and cleaned == value and len(cleaned) <= room:
+    if cleaned and cleaned == value.lower() and len(cleaned) <= room:
         return before + cleaned + after
     readable = cleaned[: room - HASH_DIGITS - 1].strip("-")
     return before + (f"{readable}-{_hash(value)}" if readable else _hash(value)) + after

@@ -22,9 +22,11 @@ RACKS_ON = {
 }
 
 
-def join(cluster: Cluster, rack: str, count: int = NODES_PER_RACK, label: str = PROVIDER_LABEL) -> list[str]:
+def join(
+    cluster: Cluster, rack: str, count: int = NODES_PER_RACK, label: str = PROVIDER_LABEL, prefix: str = ""
+) -> list[str]:
     """Nodes of a rack join as the provider delivers them: labelled with the rack from the start."""
-    names = [f"{rack}-n{slot:02d}" for slot in range(count)]
+    names = [f"{prefix or rack.lower()}-n{slot:02d}" for slot in range(count)]
     for name in names:
         cluster.server.store.create(
             cluster.type_of("", "nodes"), "", {"metadata": {"name": name, "labels": {label: rack}}}

@@ -12,7 +12,7 @@ from cdctl.domain.racks import LABEL_RACK, Decision, decide, rack_domain_name
 from cdctl.k8s.informer import Change, Observation
 from cdctl.k8s.resources import NODES
 from cdctl.store.memory import InMemoryEventStore
-from tests.controller.harness import USER_NAMESPACE, Cluster, eventually
+from tests.controller.harness import USER_NAMESPACE, Cluster, eventually, eventually_async
 from tests.controller.test_rackdomains import (
     PROVIDER_LABEL,
     RACK_A,
@@ -124,3 +124,26 @@ async def test_a_name_taken_by_a_users_domain_is_a_conflict_and_that_domain_is_n
         await manager.rack_domains.queue.wait_idle()
         assert (cluster.domain(RACK_A) or {}).get("metadata", {}).get("uid") == users["metadata"]["uid"]
         assert [kind for _, kind, _ in await rack_events(store)] == ["RackDomainConflict"]
+
+
+async def test_the_seeds_upper_case_value_names_its_domain_in_lower_case_and_a_case_twin_conflicts(
+    tmp_path: Path,
+) -> None:
+    store = InMemoryEventStore()
+    async with Cluster(tmp_path) as cluster:
+        await cluster.start_controller(store=store, **RACKS_ON)
+        join(cluster, "S0-011-US-WEST-01A", count=2)
+        domain = await eventually(lambda: cluster.domain("s0-011-us-west-01a"))
+        assert domain["metadata"]["labels"] == {LABEL_RACK: "S0-011-US-WEST-01A"}
+        assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == "imex-channel-s0-011-us-west-01a"
+        join(cluster, "s0-011-us-west-01a", count=1, prefix="twin")
+        await eventually_async(lambda: _has(store, "RackDomainConflict"))
+        assert len(rack_domains(cluster)) == 1
+        assert (cluster.domain("s0-011-us-west-01a") or {})["metadata"]["uid"] == domain["metadata"]["uid"]
+        conflict = [data for _, kind, data in await rack_events(store) if kind == "RackDomainConflict"]
+        assert conflict[0]["rack"] == "s0-011-us-west-01a"
+        assert "belongs to rack 'S0-011-US-WEST-01A'" in conflict[0]["reason"]
+
+
+async def _has(store: InMemoryEventStore, kind: str) -> bool:
+    return any(k == kind for _, k, _ in await rack_events(store))
