@@ -124,6 +124,10 @@ def run_command(**options: Any) -> None:
         _run_daemon(options)
     except CdctlError as exc:
         fail(exc.message, exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # the boundary: one line, never a traceback
+        fail(f"unexpected {type(exc).__name__}: {exc}", 1)
 
 
 def _configure_logging(fmt: str, verbosity: int) -> None:

@@ -1,9 +1,11 @@
 """The simulated rack end to end: controller, kubelet plugins and `cdctl daemon run` pods with the fake IMEX.
 
-A two-node domain: the workload pods' channel claims make the plugins label the nodes, the DaemonSet puts a
-daemon pod on each, the simulated runtime runs `cdctl daemon run` with the CDI env of the daemon claim and
-probes it with `cdctl daemon check`, the controller lists both daemons in the clique, and the workloads start
-only once their node's daemon is Ready. Both daemons reach READY together (each needs the other up).
+A two-node domain whose nodes carry its label (what a channel prepare does; the simulated kubelet prepares one
+pod at a time, so a workload waiting for its daemon would hold up the daemon's own start): the DaemonSet puts
+a daemon pod on each node, the plugin prepares its claim, the simulated runtime runs `cdctl daemon run` with
+the claim's CDI env and probes it with `cdctl daemon check`, the controller lists both daemons in the clique.
+Both daemons reach READY together (each needs the other up), the domain turns Ready, and workload pods with
+channel claims then start on both nodes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from cdctl.api.gates import parse_feature_gates
 from cdctl.controller.app import run_controller
 from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
+from cdctl.domain.imex import hosts_mapping
 from cdctl.plugin.app import PluginConfig, PluginProcess
 from cdctl.sim.chart import cluster_bootstrap_objects
 from cdctl.sim.cluster import SimCluster
@@ -92,10 +95,10 @@ async def rack() -> AsyncIterator[SimCluster]:
         async with cluster:
             cluster.write_kubeconfig(root / "kubeconfig")
             yield cluster
-            for running in list(runtime.running.values()):
-                if running.process.returncode is None:
-                    running.process.terminate()
-                await running.process.wait()
+        for running in list(runtime.running.values()):  # after the kubelets stopped restarting them
+            if running.process.returncode is None:
+                running.process.terminate()
+            await running.process.wait()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -159,26 +162,42 @@ async def test_the_daemons_of_one_domain_reach_ready_together(rack: SimCluster) 
             "spec": {"numNodes": NODES, "channel": {"resourceClaimTemplate": {"name": "cd1-channel"}}},
         }
         uid = _create(rack, domain, "default")["metadata"]["uid"]
+        nodes = rack.store.type_of("", "nodes")
+        for node in rack.topology.nodes:  # what the plugin does on a channel prepare, done ahead here
+            current = rack.store.get(nodes, "", node)
+            current["metadata"].setdefault("labels", {})[LABEL_COMPUTE_DOMAIN] = uid
+            rack.store.update(nodes, "", node, current)
+
+        def daemon_pods() -> list[dict[str, Any]]:
+            return [p for p in rack.store.list_objects(pods, DRIVER_NAMESPACE)[0] if _is_daemon_pod(p)]
+
+        def ready(pod: dict[str, Any]) -> bool:
+            conditions = (pod.get("status") or {}).get("conditions") or []
+            return {c["type"]: c["status"] for c in conditions}.get("Ready") == "True"
+
+        await eventually(lambda: len(daemon_pods()) == NODES and all(map(ready, daemon_pods())), timeout_s=90)
+        daemons = daemon_pods()
+        assert sorted(p["spec"]["nodeName"] for p in daemons) == sorted(rack.topology.nodes)
+        ips = sorted(p["status"]["podIP"] for p in daemons)
+        for pod in daemons:
+            imexd = rack.plugin_dir(pod["spec"]["nodeName"], DRIVER_NAME) / "domains" / uid
+            assert (imexd / "nodes.cfg").read_text().splitlines() == [
+                "compute-domain-daemon-0000",
+                "compute-domain-daemon-0001",
+            ]
+            assert sorted(hosts_mapping((imexd / "hosts").read_text()).values()) == ips
+
+        domains = rack.store.type_of("resource.nvidia.com", "computedomains")
+        await eventually(
+            lambda: (rack.store.get(domains, "default", "cd1").get("status") or {}).get("status") == "Ready"
+        )
         for index, node in enumerate(rack.topology.nodes):
             _create(rack, _workload(f"worker-{index}", node), "default")
 
         def phase(name: str) -> str:
             return str((rack.store.get(pods, "default", name).get("status") or {}).get("phase", ""))
 
-        await eventually(lambda: all(phase(f"worker-{i}") == "Running" for i in range(NODES)), timeout_s=90)
-        daemons = [p for p in rack.store.list_objects(pods, DRIVER_NAMESPACE)[0] if _is_daemon_pod(p)]
-        assert sorted(p["spec"]["nodeName"] for p in daemons) == sorted(rack.topology.nodes)
-        for pod in daemons:
-            conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
-            assert conditions.get("Ready") == "True", "the daemon's probe (cdctl daemon check) passed"
-            imexd = rack.plugin_dir(pod["spec"]["nodeName"], DRIVER_NAME) / "domains" / uid
-            assert (imexd / "nodes.cfg").read_text().splitlines() == [
-                "compute-domain-daemon-0000",
-                "compute-domain-daemon-0001",
-            ]
-            ips = sorted(p["status"]["podIP"] for p in daemons)
-            mapped = [line.split("\t")[0] for line in (imexd / "hosts").read_text().splitlines()[-NODES:]]
-            assert sorted(mapped) == ips, "each daemon maps both slots to the two daemons' pod IPs"
+        await eventually(lambda: all(phase(f"worker-{i}") == "Running" for i in range(NODES)))
     finally:
         stop.set()
         controller.cancel()
