@@ -14,10 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from kubernetes_asyncio.config.config_exception import ConfigException
-
 from cdctl.domain.computedomains import LABEL_CLIQUE_ID, DaemonEntry, clique_name
-from cdctl.domain.errors import PermanentError
 from cdctl.domain.imex import PeerListing
 from cdctl.k8s.client import api_client
 from cdctl.k8s.informer import Change, Informer, Observation
@@ -27,13 +24,8 @@ from cdctl.k8s.rest import JsonObject, KubeApi
 
 @asynccontextmanager
 async def daemon_api(kubeconfig: str | None) -> AsyncIterator[KubeApi]:
-    """A KubeApi for the daemon (kubeconfig file, else in-cluster), closed on exit; a configuration that
-    cannot be loaded is a PermanentError with the reason."""
-    try:
-        client = await api_client(kubeconfig)
-    except (ConfigException, OSError, ValueError) as exc:
-        where = kubeconfig or "the in-cluster service account"
-        raise PermanentError(f"cannot configure the Kubernetes client from {where}: {exc}") from exc
+    """A KubeApi for the daemon (kubeconfig file, else in-cluster), closed on exit."""
+    client = await api_client(kubeconfig)
     try:
         yield KubeApi(client)
     finally:

@@ -57,10 +57,9 @@ async def test_without_cluster_access_run_fails_with_one_line(rig: Rig) -> None:
     daemon = rig.daemon("outside", "n1", "10.60.0.1", "uid-x", KUBECONFIG="")
     done = await asyncio.to_thread(daemon.cli, "daemon", "run")
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [
-        "cdctl: error: cannot configure the Kubernetes client from the in-cluster service account: "
-        "Service host/port is not set."
-    ]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert lines[0].startswith("cdctl: error: cannot configure the Kubernetes client from the in-cluster")
 
 
 async def test_an_empty_clique_id_labels_the_pod_and_idles_until_sigterm(rig: Rig) -> None:
@@ -98,8 +97,7 @@ async def test_two_domains_reusing_each_others_ips_never_dial_the_other_domain(r
     rig.write_clique("uid-b", [_entry("n3", y, 0), _entry("n4", z, 1)])
     await eventually(lambda: b0.ready() and b1.ready())
 
-    assert a0.peer_states() == {SLOT0: "UP", SLOT1: "DOWN"}, "A's empty slot does not reach B's daemon"
-    assert not a0.ready()
+    assert a0.peer_states() == {SLOT0: "UP", SLOT1: "UNUSED"}, "A's empty slot does not reach B's daemon"
     stale = a0.imexd / "hosts.stale"
     shutil.copy(a0.hosts, stale)
     stale.write_text(stale.read_text().replace(f"{UNUSED}\t{SLOT1}", f"{y}\t{SLOT1}"))
