@@ -15,10 +15,10 @@ the pure `decide` (cdctl.domain.racks) what to do and does it:
   it says why.
 
 Every decision that changes or protects something (created, kept, deleted, conflict, failure) is an event in
-stream `rack/<name>` of the controller's log (`cdctl events --stream 'rack/*'`); a decision repeated without
-news is not recorded again. A newly created domain then goes through the normal reconcile, since the
-controller's ComputeDomain informer sees it like any other. Started by cdctl.controller.manager while this
-replica leads.
+stream `rack/<name>` of the controller's log (`cdctl events --stream 'rack/*'`); a decision is recorded when
+it differs from the last one recorded for the rack (a domain kept while its claims go one by one: once). A
+newly created domain then goes through the normal reconcile, since the controller's ComputeDomain informer
+sees it like any other. Started by cdctl.controller.manager while this replica leads.
 """
 
 from __future__ import annotations
@@ -263,8 +263,9 @@ class RackDomains:
         assert facts.domain is not None
         uid = facts.domain.uid
         event = RackDomainKept(facts.rack, self.namespace, facts.name, uid, list(claims), reason)
-        if await self._tell(facts, ("kept", uid, *claims), event):
-            log.info("rack domain kept", reason=reason)
+        if not await self._tell(facts, ("kept", uid), event):
+            return  # told already; claims going one by one are no news until the last one goes
+        log.info("rack domain kept", reason=reason)
         obj = self._known_domain(facts.name)
         if obj is not None:
             await self.ctx.recorder.warn(obj, "RackDomainInUse", reason)
