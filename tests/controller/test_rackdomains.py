@@ -4,9 +4,14 @@ use keeps it (with an Event), and every decision is an event in stream `rack/<na
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
+from cdctl.cli.main import cli
 from cdctl.domain.racks import LABEL_RACK
 from cdctl.store.memory import InMemoryEventStore
 from tests.controller.harness import USER_NAMESPACE, Cluster, eventually, eventually_async
@@ -176,3 +181,28 @@ async def test_a_domain_whose_claim_is_in_use_stays_and_says_why_until_the_claim
 async def _types(store: InMemoryEventStore, wanted: set[str]) -> list[str] | None:
     types = [t for _, t, _ in await rack_events(store)]
     return types if set(types) >= wanted else None
+
+
+async def test_rack_decisions_are_in_the_log_file_for_cdctl_events_and_the_log_verifies(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "controller.db"
+    async with Cluster(tmp_path) as cluster:
+        task, _ = await cluster.start_controller(db_path=str(db), **RACKS_ON)
+        nodes = join(cluster, RACK_A, count=2)
+        await eventually(lambda: cluster.domain(RACK_A))
+        leave(cluster, nodes)
+        await eventually(lambda: cluster.domain(RACK_A) is None)
+        await cluster.stop_controller(task)
+    runner = CliRunner()
+    listed = await asyncio.to_thread(
+        runner.invoke, cli, ["events", "--db", str(db), "--stream", "rack/*", "--json"]
+    )
+    assert listed.exit_code == 0, listed.output
+    lines = [json.loads(line) for line in listed.output.splitlines() if line.strip()]
+    assert [(e["stream"], e["type"]) for e in lines] == [
+        (f"rack/{RACK_A}", "RackDomainCreated"),
+        (f"rack/{RACK_A}", "RackDomainDeleted"),
+    ]
+    verified = await asyncio.to_thread(runner.invoke, cli, ["verify", "--db", str(db)])
+    assert verified.exit_code == 0, verified.output
