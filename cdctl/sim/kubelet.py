@@ -8,7 +8,10 @@ pod's claims; every claim UID must come back without error; failed calls are ret
 the CDI device IDs, hands the pod to a `PodRuntime` and marks it Running (Ready as the runtime says). When
 the pod goes away it stops it and calls NodeUnprepareResources for the claims it tried to prepare that no
 other pod on the node still uses. A driver without a registered plugin for `slice_wipe_delay_s` loses its
-slices on the node. Run by the rack; tests drive `sync()`.
+slices on the node. Like the kubelet's pod workers, the running kubelet starts each pod in its own task, so
+a prepare call that waits (a channel claim waiting for its node's IMEX daemon, up to the 45 s budget) does not
+hold back other pods on the node (that daemon's own pod) nor their readiness. Run by the rack; tests drive
+`sync()`, which starts pods one after another and returns when they are done.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Protocol
 
 import grpclib
 from grpclib.client import Channel
+from grpclib.exceptions import StreamTerminatedError
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1 as dra_v1
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1beta1 as dra_v1beta1
@@ -122,6 +126,7 @@ class SimKubelet:
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}
         self._deregistered_at: dict[str, float] = {}
+        self._starting: dict[str, asyncio.Task[None]] = {}  # pod uid -> its start, in the running kubelet
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def register_node(self) -> None:
@@ -164,13 +169,15 @@ class SimKubelet:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for uid in list(self._starting):
+            await self._cancel_start(uid)
 
     async def _run(self) -> None:
         watcher = self.store.watch(None, droppable=False)
         try:
             while True:
                 try:
-                    await self.sync()
+                    await self.sync(wait=False)
                 except ApiError as error:
                     log.warning("simulated kubelet %s: %s", self.node_name, error)
                 with contextlib.suppress(TimeoutError):
@@ -212,7 +219,8 @@ class SimKubelet:
         return list(running.cdi_devices) if running else []
 
     # ---- one pass ------------------------------------------------------------------------------------------
-    async def sync(self) -> None:
+    async def sync(self, *, wait: bool = True) -> None:
+        """One pass. `wait=False` (the running kubelet) starts pods in background tasks instead of in turn."""
         await self.plugins.scan()
         self._wipe_slices_of_gone_drivers()
         pods, _ = self.store.list_objects(
@@ -224,13 +232,34 @@ class SimKubelet:
             if not p["metadata"].get("deletionTimestamp")
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         }
-        for uid in [u for u in {*self.running, *self.claim_refs} if u not in live]:
+        for uid in [u for u in {*self.running, *self.claim_refs, *self._starting} if u not in live]:
+            await self._cancel_start(uid)
             await self._teardown(uid, live)
         for uid, pod in live.items():
             if uid in self.running:
                 await self._refresh_readiness(self.running[uid], pod)
-            else:
+            elif wait:
                 await self._try_start(pod)
+            elif uid not in self._starting:
+                self._starting[uid] = asyncio.create_task(self._start_in_background(uid, pod))
+
+    async def _start_in_background(self, uid: str, pod: dict[str, Any]) -> None:
+        try:
+            await self._try_start(pod)
+        except ApiError as error:
+            log.warning(
+                "simulated kubelet %s: starting %s: %s", self.node_name, pod["metadata"]["name"], error
+            )
+        finally:
+            self._starting.pop(uid, None)
+
+    async def _cancel_start(self, uid: str) -> None:
+        """Stop a start in flight (its pod went away); the claims it asked for stay known to teardown."""
+        task = self._starting.pop(uid, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _try_start(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
@@ -327,7 +356,7 @@ class SimKubelet:
             else:
                 request = module.NodeUnprepareResourcesRequest(claims=claims)
                 response = await stub.node_unprepare_resources(request, timeout=PREPARE_TIMEOUT_S)
-        except (OSError, TimeoutError, grpclib.GRPCError) as error:
+        except (OSError, TimeoutError, grpclib.GRPCError, StreamTerminatedError) as error:
             verb = "NodePrepareResources" if prepare else "NodeUnprepareResources"
             raise PrepareFailed(f"{verb} for {driver}: {error}") from error
         finally:

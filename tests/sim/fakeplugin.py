@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,8 @@ class PluginLog:
     prepared: list[tuple[str, list[str]]] = field(default_factory=list)  # (service module, claim uids)
     unprepared: list[tuple[str, list[str]]] = field(default_factory=list)
     fail_claims: set[str] = field(default_factory=set)
+    held_claims: set[str] = field(default_factory=set)  # their prepare waits for `release`
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class _Registration(RegistrationBase):
@@ -44,6 +47,8 @@ def _dra_handler(module: Any, label: str, log: PluginLog, driver: str) -> Any:
     class Handler(module.DraPluginBase):  # type: ignore[misc]
         async def node_prepare_resources(self, message: Any) -> Any:
             log.prepared.append((label, [c.uid for c in message.claims]))
+            if log.held_claims & {c.uid for c in message.claims}:
+                await log.release.wait()
             claims = {}
             for claim in message.claims:
                 if claim.uid in log.fail_claims:

@@ -16,7 +16,7 @@ from cdctl.sim.claimtemplates import ClaimTemplateController
 from cdctl.sim.kubelet import SimKubelet
 from cdctl.sim.store import ObjectStore
 from tests.sim.fakeplugin import PluginLog, serve_plugin
-from tests.sim.standins import DRIVER, add_classes, add_pod, add_slice, add_template, get
+from tests.sim.standins import DAEMON_CLASS, DRIVER, add_classes, add_pod, add_slice, add_template, get
 
 NODE = "n1"
 
@@ -233,3 +233,46 @@ async def test_a_plugin_that_comes_back_in_time_keeps_its_slices(socket_root: Pa
     async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
         await kubelet.sync()
     assert len(store.list_objects(store.type_of("resource.k8s.io", "resourceslices"))[0]) == 1
+
+
+async def test_a_waiting_prepare_does_not_hold_back_the_other_pods_of_the_node(socket_root: Path) -> None:
+    """Like the kubelet's pod workers: a channel claim waiting for its node's daemon must not keep that
+    daemon's pod from being prepared and marked Ready."""
+    store = _cluster()
+    add_template(store, "daemon-tmpl", device_class=DAEMON_CLASS, request="daemon")
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", tick_s=0.05)
+    kubelet.register_node()  # wipes the node's slices, as at kubelet start: publish after it
+    add_slice(store, NODE)
+    add_pod(store, "worker", "tmpl", node=NODE)
+    async with serve_plugin(
+        socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]
+    ) as log:
+        ClaimTemplateController(store).reconcile()
+        Allocator(store).reconcile()
+        claim_name = get(store, "", "pods", "worker")["status"]["resourceClaimStatuses"][0][
+            "resourceClaimName"
+        ]
+        log.held_claims.add(get(store, "resource.k8s.io", "resourceclaims", claim_name)["metadata"]["uid"])
+        kubelet._task = asyncio.create_task(kubelet._run())  # start() without registering the node again
+        try:
+            await _eventually(lambda: len(log.prepared) == 1)
+            add_pod(store, "daemon", "daemon-tmpl", node=NODE)
+            ClaimTemplateController(store).reconcile()
+            Allocator(store).reconcile()
+            await _eventually(lambda: _phase(store, "daemon") == "Running")
+            assert _phase(store, "worker") != "Running", "the worker's prepare is still waiting"
+            log.release.set()
+            await _eventually(lambda: _phase(store, "worker") == "Running")
+        finally:
+            await kubelet.stop()
+
+
+def _phase(store: ObjectStore, pod: str) -> str:
+    return str((get(store, "", "pods", pod).get("status") or {}).get("phase", ""))
+
+
+async def _eventually(condition: Any, timeout_s: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
