@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 
 import structlog
@@ -65,6 +66,9 @@ class DaemonApp:
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
         s.validate()
+        shown = {f.name: str(getattr(s, f.name)) for f in dataclasses.fields(s) if f.name != "gates"}
+        log.info("daemon settings", **shown)
+        log.info("feature gates", **{k: str(v) for k, v in s.gates.values.items()})
         if not s.imexd_dir.is_dir():
             raise PermanentError(f"{s.imexd_dir} does not exist (is the daemon claim's CDI mount missing?)")
         journal = await Journal.open(s.events_path, s.node_name, s.pod_name)
@@ -116,9 +120,15 @@ class DaemonApp:
             async for listing in self._listings(api):
                 await updater.apply(listing)
 
+        async def supervision_failed() -> None:
+            await supervisor.failed.wait()
+            assert supervisor.error is not None
+            raise supervisor.error
+
         tasks = [
             asyncio.create_task(follow(), name="peers"),
             asyncio.create_task(monitor.run(), name="readiness"),
+            asyncio.create_task(supervision_failed(), name="supervision"),
             asyncio.create_task(stop.wait(), name="stop"),
         ]
         try:

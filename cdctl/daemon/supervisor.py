@@ -5,7 +5,8 @@ and cdctl.daemon.app (stop on shutdown). SIGUSR1 is held back while the child ma
 child that has not set up its handling would die of it). A watcher task waits on the child: an exit
 nobody asked for is recorded (exit code or signal) and followed by a restart after an exponential backoff
 that starts at `backoff_s`, doubles up to `backoff_max_s`, and resets once a child has run for `stable_s`.
-The child inherits the daemon's stdout and stderr, as in the Go driver. `stop()` sends SIGTERM and waits.
+A restart that cannot start the child sets `failed` (with `error`) for the caller to end on. The child
+inherits the daemon's stdout and stderr, as in the Go driver. `stop()` sends SIGTERM and waits.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import structlog
 
-from cdctl.domain.errors import PermanentError
+from cdctl.domain.errors import CdctlError, PermanentError
 from cdctl.domain.events import DomainEvent
 from cdctl.domain.imex import ImexExited, ImexStarted, exit_description
 
@@ -62,6 +63,8 @@ class ImexSupervisor:
         self.stable_s = stable_s
         self.signal_grace_s = signal_grace_s
         self._reload: asyncio.Task[None] | None = None
+        self.failed = asyncio.Event()
+        self.error: CdctlError | None = None
         self.process: asyncio.subprocess.Process | None = None
         self.starts = 0
         self.crashes = 0
@@ -185,4 +188,8 @@ class ImexSupervisor:
             if self._stopping or self.process is not process:
                 return
             self._watcher = None
-            await self._spawn(f"restart after unexpected exit #{self.crashes}")
+            try:
+                await self._spawn(f"restart after unexpected exit #{self.crashes}")
+            except CdctlError as exc:  # cannot restart: the daemon must end (see `failed`)
+                self.error = exc
+                self.failed.set()

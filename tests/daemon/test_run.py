@@ -53,13 +53,23 @@ async def test_without_the_cdi_edits_run_fails_with_one_clear_line(rig: Rig) -> 
     ]
 
 
+async def test_inconsistent_feature_gates_are_bad_input(rig: Rig) -> None:
+    gates = "ComputeDomainCliques=true,IMEXDaemonsWithDNSNames=false"
+    daemon = rig.daemon("gated", "n1", "10.60.0.1", "uid-x", FEATURE_GATES=gates)
+    done = await asyncio.to_thread(daemon.cli, "daemon", "run")
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "feature gate ComputeDomainCliques requires IMEXDaemonsWithDNSNames to also be enabled" in line
+
+
 async def test_without_cluster_access_run_fails_with_one_line(rig: Rig) -> None:
     daemon = rig.daemon("outside", "n1", "10.60.0.1", "uid-x", KUBECONFIG="")
     done = await asyncio.to_thread(daemon.cli, "daemon", "run")
     assert done.returncode == 1
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in done.stderr
-    assert lines[0].startswith("cdctl: error: cannot configure the Kubernetes client from the in-cluster")
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("cdctl: error:")]
+    assert len(errors) == 1, "the start-up settings are logged before, the error is one line"
+    assert errors[0].startswith("cdctl: error: cannot configure the Kubernetes client from the in-cluster")
 
 
 async def test_an_empty_clique_id_labels_the_pod_and_idles_until_sigterm(rig: Rig) -> None:

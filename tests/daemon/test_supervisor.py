@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from pathlib import Path
@@ -113,3 +114,23 @@ async def test_a_reload_right_after_start_waits_until_imex_can_take_it(use_fake_
         assert recorder.of(ImexExited) == [], "the early SIGUSR1 did not kill the starting IMEX"
     finally:
         await supervisor.stop()
+
+
+async def test_a_restart_that_cannot_start_imex_is_reported_as_failure(use_fake_imex: FakeImex) -> None:
+    config = _configure(use_fake_imex.imexd("a"), [ADDRESS])
+    wrapper = use_fake_imex.root / "bin" / "vanishing-imex"
+    wrapper.write_text((use_fake_imex.root / "bin" / "nvidia-imex").read_text())
+    wrapper.chmod(0o755)
+    recorder = Recorder()
+    supervisor = ImexSupervisor([str(wrapper), "-c", str(config)], "n1", recorder, backoff_s=0.01)
+    try:
+        await supervisor.ensure_started("first start")
+        await eventually(lambda: _registry(use_fake_imex).entry(ADDRESS) is not None)
+        wrapper.unlink()
+        assert supervisor.process is not None
+        supervisor.process.kill()
+        async with asyncio.timeout(30):
+            await supervisor.failed.wait()
+    finally:
+        await supervisor.stop()
+    assert supervisor.error is not None and "cannot start" in supervisor.error.message
