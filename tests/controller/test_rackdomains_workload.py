@@ -2,7 +2,8 @@
 workload shaped like the seed's MPIJob workers (18 pods, 4 GPUs each, required pod affinity on the rack label,
 the claim from `imex-channel-<rack>`) lands on the rack and gets channel 0 on all 18 nodes through the real
 kubelet plugin of each node. A second rack gets its own domain. While the workload runs, the rack leaving
-keeps its domain (with an Event); once the workload is gone, the domain goes.
+keeps its domain (with an Event); once the workload is gone, the domain goes. In driver-managed mode and under
+HostManagedIMEX (no daemons: the host's IMEX serves the channel).
 
 The simulated kubelets run pods with the immediate runtime, so what `cdctl daemon run` does for its own pod
 (label it with its node's clique) is done here by `stand_in_for_daemons`; everything else is the real
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from cdctl.api.gates import HOST_MANAGED_IMEX, FeatureGates, parse_feature_gates
 from cdctl.controller.app import run_controller
 from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings
@@ -42,13 +44,19 @@ GIVE_UP_S = 90.0
 PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "DeviceClass": "deviceclasses"}
 
 
+@pytest.fixture(params=["driver-managed", "host-managed"])
+def gates(request: pytest.FixtureRequest) -> FeatureGates:
+    return parse_feature_gates("HostManagedIMEX=true" if request.param == "host-managed" else "")
+
+
 @pytest.fixture
-async def sim() -> AsyncIterator[SimCluster]:
+async def sim(gates: FeatureGates) -> AsyncIterator[SimCluster]:
     root = Path(tempfile.mkdtemp(prefix="cdrack-", dir="/tmp"))  # short paths for the unix sockets
+    values = {"featureGates": {"HostManagedIMEX": gates.enabled(HOST_MANAGED_IMEX)}}
     try:
         async with SimCluster(root, build_topology(racks=2), kubelet_tick_s=0.05) as cluster:
             store = cluster.store
-            for obj in cluster_bootstrap_objects():
+            for obj in cluster_bootstrap_objects(values):
                 store.create(
                     store.type_of(obj["apiVersion"].rpartition("/")[0], PLURALS[obj["kind"]]), "", obj
                 )
@@ -121,7 +129,7 @@ async def stand_in_for_daemons(cluster: SimCluster, topology: Topology) -> None:
         await asyncio.sleep(0.1)
 
 
-def plugin_config(cluster: SimCluster, node: str, kubeconfig: Path) -> PluginConfig:
+def plugin_config(cluster: SimCluster, node: str, kubeconfig: Path, gates: FeatureGates) -> PluginConfig:
     files = cluster.driver_files(node)
     return PluginConfig(
         node_name=node,
@@ -134,11 +142,12 @@ def plugin_config(cluster: SimCluster, node: str, kubeconfig: Path) -> PluginCon
         proc_devices=str(files.proc_devices),
         fabric_imex_mgmt_cap=str(files.fabric_imex_mgmt_cap),
         boot_id_path=str(files.boot_id),
+        gates=gates,
     )
 
 
 async def test_a_rack_joins_and_an_mpijob_shaped_workload_gets_channel_0_on_all_18_nodes(
-    sim: SimCluster,
+    sim: SimCluster, gates: FeatureGates
 ) -> None:
     store, topology = sim.store, sim.topology
     kubeconfig = sim.write_kubeconfig(sim.work_dir / "kubeconfig")
@@ -154,6 +163,7 @@ async def test_a_rack_joins_and_an_mpijob_shaped_workload_gets_channel_0_on_all_
         cleanup_interval_s=3600.0,
         rack_domains=True,
         rack_domain_namespace=USER_NAMESPACE,
+        feature_gates=gates,
     )
     started: list[ControllerManager] = []
     stop = asyncio.Event()
@@ -164,7 +174,9 @@ async def test_a_rack_joins_and_an_mpijob_shaped_workload_gets_channel_0_on_all_
     ]
     plugins = [
         asyncio.create_task(
-            PluginProcess(plugin_config(sim, node, kubeconfig), NodeDeviceLib(topology, node)).run(stop)
+            PluginProcess(plugin_config(sim, node, kubeconfig, gates), NodeDeviceLib(topology, node)).run(
+                stop
+            )
         )
         for node in rack0
     ]
