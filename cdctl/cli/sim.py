@@ -1,4 +1,7 @@
-"""`cdctl sim ...`: the local simulated cluster (API server, rack). Thin: flags -> cdctl.sim entry points."""
+"""`cdctl sim ...`: the local simulated cluster (API server, cluster, rack). Thin: flags -> cdctl.sim.
+
+`cdctl sim rack` (what `make demo` runs) loads the rack modules only when it runs.
+"""
 
 from __future__ import annotations
 
@@ -100,6 +103,47 @@ def cluster(
         )
     except OSError as error:
         raise click.ClickException(f"cannot serve on 127.0.0.1:{port}: {error.strerror or error}") from error
+
+
+@sim.command("rack")
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 72),
+    default=NODES_PER_RACK,
+    show_default=True,
+    envvar="CDCTL_SIM_NODES",
+    help="GPU nodes per rack (one NVLink clique); the job has one worker per node.",
+)
+@click.option(
+    "--racks",
+    type=click.IntRange(1, 16),
+    default=1,
+    show_default=True,
+    envvar="CDCTL_SIM_RACKS",
+    help="Racks in the one ComputeDomain; one job per rack.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["driver-managed", "host-managed"]),
+    default="driver-managed",
+    show_default=True,
+    envvar="CDCTL_SIM_MODE",
+    help="driver-managed: an IMEX daemon pod per node and domain; host-managed: HostManagedIMEX, no daemons.",
+)
+@click.option(
+    "--keep",
+    "keep",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="CDCTL_SIM_KEEP",
+    help="Directory for the rack's files (event logs, process logs, node directories), kept after the run "
+    "[default: a new directory under /tmp, also kept].",
+)
+def rack(nodes: int, racks: int, mode: str, keep: Path | None) -> None:
+    """A GB200 NVL72 rack end to end: real controller, plugins and daemons; a job forms and is torn down."""
+    from cdctl.sim.rackcommand import run_rack_command
+
+    directory = keep.resolve() if keep else Path(tempfile.mkdtemp(prefix="cdctl-rack-", dir="/tmp"))
+    raise SystemExit(run_rack_command(directory, nodes, racks, mode))
 
 
 def register(root: click.Group) -> None:

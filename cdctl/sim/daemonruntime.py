@@ -1,0 +1,67 @@
+"""The rack's container runtime for IMEX daemon pods: `cdctl daemon run` as a local process per pod.
+
+A ProcessRuntime (cdctl.sim.processruntime) that runs the pods of the controller's daemon DaemonSets (the
+driver namespace, labelled with a ComputeDomain uid) and gives each the paths its container would see
+through the daemon claim's CDI mount: `IMEXD_DIR` is the domain directory the node's plugin prepared
+(`<node>/plugins/<driver>/domains/<domain uid>`), with the pod's own hosts file in it (also handed to the
+fake `nvidia-imex-ctl`), and `CDCTL_DB` an event log per daemon under `<work dir>/daemons/`, outside the
+domain directory the plugin removes at teardown, so the log stays for exploring. Other pods are not run.
+Used by cdctl.sim.rack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
+from cdctl.sim.fakeimex import HOSTS_ENV
+from cdctl.sim.processruntime import ProcessRuntime
+
+
+class DaemonPodRuntime(ProcessRuntime):
+    def __init__(self, work_dir: Path, driver_namespace: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.work_dir = work_dir
+        self.driver_namespace = driver_namespace
+        self.db_dir = work_dir / "daemons"
+
+    def is_daemon_pod(self, pod: dict[str, Any]) -> bool:
+        metadata = pod["metadata"]
+        return metadata.get("namespace") == self.driver_namespace and LABEL_COMPUTE_DOMAIN in (
+            metadata.get("labels") or {}
+        )
+
+    def daemon_db(self, node: str, domain_uid: str) -> Path:
+        return self.db_dir / f"{node}-{domain_uid[:8]}.db"
+
+    async def _spawn(self, pod: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process:
+        node = pod["spec"]["nodeName"]
+        domain = pod["metadata"]["labels"][LABEL_COMPUTE_DOMAIN]
+        imexd = self.work_dir / node / "plugins" / DRIVER_NAME / "domains" / domain
+        hosts = imexd / "hosts"
+        if not hosts.exists():
+            hosts.write_text(f"127.0.0.1\tlocalhost\n{env.get('POD_IP', '')}\t{pod['metadata']['name']}\n")
+        self.db_dir.mkdir(parents=True, exist_ok=True)
+        # The same dict is the probes' environment, so `cdctl daemon check` finds the same files.
+        env.update(
+            {
+                "IMEXD_DIR": str(imexd),
+                "HOSTS_FILE": str(hosts),
+                HOSTS_ENV: str(hosts),
+                "CDCTL_DB": str(self.daemon_db(node, domain)),
+            }
+        )
+        return await super()._spawn(pod, env)
+
+    async def stop_all(self) -> None:
+        """Stop every daemon still running (the rack is going away)."""
+        for uid in list(self.running):
+            running = self.running[uid]
+            with contextlib.suppress(ProcessLookupError):
+                if running.process.returncode is None:
+                    running.process.terminate()
+        await asyncio.gather(*(r.process.wait() for r in self.running.values()))
+        self.running.clear()

@@ -1,0 +1,251 @@
+"""The simulated GB200 rack with the real components, each in its own process: what `cdctl sim rack` runs.
+
+`async with Rack(RackSettings(...)) as rack:` starts, in this order:
+1. the simulated cluster (cdctl.sim.cluster: API server, claim-template controller, scheduler/allocator,
+   DaemonSet controller, one simulated kubelet per node) plus the Job controller stand-in (cdctl.sim.jobs);
+2. the chart's CRDs and DeviceClasses (cdctl.sim.chart, with the mode's HostManagedIMEX gate), the driver
+   namespace, and on every node what GPU Feature Discovery and the device plugin would add: the
+   `nvidia.com/gpu.clique` label (from the fake NVLink topology) and 4 allocatable `nvidia.com/gpu`;
+3. `cdctl controller` and one `cdctl kubelet-plugin` per node, each a child process with its own event log,
+   sockets and CDI root under the node's directory (cdctl.sim.components);
+4. in driver-managed mode the daemon pods the controller's DaemonSets create are run by the simulated
+   container runtime as `cdctl daemon run` processes, probed with `cdctl daemon check`
+   (cdctl.sim.daemonruntime); host-managed mode runs none (the host's IMEX stands in).
+It returns once every plugin has registered with its kubelet and published its ResourceSlice. Leaving the
+block stops the children with SIGTERM (the daemons first), then the cluster. Used by cdctl.sim.scenario,
+the integration tests and bench/formation.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from cdctl.domain.computedomains import DRIVER_NAME
+from cdctl.sim.chart import cluster_bootstrap_objects
+from cdctl.sim.cluster import SimCluster
+from cdctl.sim.components import Component, controller_command, plugin_command
+from cdctl.sim.controllerloop import ControllerLoop
+from cdctl.sim.daemonruntime import DaemonPodRuntime
+from cdctl.sim.errors import AlreadyExists
+from cdctl.sim.jobs import JobController, serve_jobs
+from cdctl.sim.topology import GPUS_PER_NODE, NODES_PER_RACK, build_topology
+
+DRIVER_MANAGED = "driver-managed"
+HOST_MANAGED = "host-managed"
+MODES = (DRIVER_MANAGED, HOST_MANAGED)
+DRIVER_NAMESPACE = "nvidia-dra-driver"
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT = "NVIDIA-GB200"
+_PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "DeviceClass": "deviceclasses"}
+
+
+class RackStartError(Exception):
+    """A component did not come up (it exited, or did not register in time)."""
+
+
+@dataclass(frozen=True)
+class RackSettings:
+    work_dir: Path
+    racks: int = 1
+    nodes_per_rack: int = NODES_PER_RACK
+    mode: str = DRIVER_MANAGED
+    driver_namespace: str = DRIVER_NAMESPACE
+    start_timeout_s: float = 120.0
+    probe_period_s: float = 2.0  # the daemons' `cdctl daemon check`: one process per probe
+
+    @property
+    def host_managed(self) -> bool:
+        return self.mode == HOST_MANAGED
+
+    @property
+    def feature_gates(self) -> str:
+        return "HostManagedIMEX=true" if self.host_managed else ""
+
+
+@dataclass
+class StartTimings:
+    cluster_s: float = 0.0
+    components_s: float = 0.0  # processes launched -> every plugin registered with a ResourceSlice
+    per_step: dict[str, float] = field(default_factory=dict)
+
+
+class Rack:
+    def __init__(self, settings: RackSettings) -> None:
+        if settings.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        self.settings = settings
+        self.work_dir = settings.work_dir
+        self.topology = build_topology(racks=settings.racks, nodes_per_rack=settings.nodes_per_rack)
+        self.logs_dir = self.work_dir / "logs"
+        self.kubeconfig = self.work_dir / "kubeconfig"
+        self.base_env = dict(os.environ)
+        self.runtime = DaemonPodRuntime(
+            self.work_dir,
+            settings.driver_namespace,
+            selects=self._is_daemon_pod,
+            cdi_dirs=lambda node: [self.cdi_root(node)],
+            log_dir=self.logs_dir / "pods",
+            base_env=self.base_env,
+            probe_period_s=settings.probe_period_s,
+        )
+        self.cluster = SimCluster(self.work_dir, self.topology, runtime=self.runtime)
+        self.store = self.cluster.store
+        serve_jobs(self.store)
+        jobs = JobController(self.store)
+        self.cluster.controllers.append(ControllerLoop("jobs", self.store, jobs.kinds, jobs.reconcile))
+        self.controller: Component | None = None
+        self.plugins: dict[str, Component] = {}
+        self.timings = StartTimings()
+
+    # ---- paths ---------------------------------------------------------------------------------------------
+    def cdi_root(self, node: str) -> Path:
+        return self.cluster.node_dir(node) / "cdi"
+
+    def plugin_db(self, node: str) -> Path:
+        return self.cluster.plugin_dir(node, DRIVER_NAME) / "events.db"
+
+    @property
+    def controller_db(self) -> Path:
+        return self.work_dir / "controller" / "events.db"
+
+    def daemon_dbs(self) -> list[Path]:
+        return sorted(self.runtime.db_dir.glob("*.db"))
+
+    def _is_daemon_pod(self, pod: dict[str, Any]) -> bool:
+        return not self.settings.host_managed and self.runtime.is_daemon_pod(pod)
+
+    # ---- start ---------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        started = time.perf_counter()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        await self.cluster.start()
+        self.cluster.write_kubeconfig(self.kubeconfig)
+        imex_env = self.cluster.fake_imex_env()
+        self.base_env.update(imex_env)
+        self.base_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{imex_env['PATH']}"
+        self.base_env["KUBECONFIG"] = str(self.kubeconfig)
+        self.base_env.pop("CDCTL_DB", None)
+        self._install_chart()
+        self._label_gpu_nodes()
+        self.timings.cluster_s = time.perf_counter() - started
+        started = time.perf_counter()
+        await self._start_components()
+        self.timings.components_s = time.perf_counter() - started
+
+    def _create(self, group: str, plural: str, namespace: str, obj: dict[str, Any]) -> None:
+        with contextlib.suppress(AlreadyExists):
+            self.store.create(self.store.type_of(group, plural), namespace, obj)
+
+    def _install_chart(self) -> None:
+        values = {"featureGates": {"HostManagedIMEX": self.settings.host_managed}}
+        for obj in cluster_bootstrap_objects(values):
+            group = obj["apiVersion"].rpartition("/")[0]
+            self._create(group, _PLURALS[obj["kind"]], "", obj)
+        self._create("", "namespaces", "", {"metadata": {"name": self.settings.driver_namespace}})
+
+    def _label_gpu_nodes(self) -> None:
+        """What GPU Feature Discovery and the device plugin publish: the clique label and the GPU count."""
+        nodes = self.store.type_of("", "nodes")
+        for fake in self.topology.nodes.values():
+            node = self.store.get(nodes, "", fake.name)
+            labels = node["metadata"].setdefault("labels", {})
+            labels.update(
+                {
+                    "kubernetes.io/hostname": fake.name,
+                    "nvidia.com/gpu.count": str(len(fake.gpu_uuids)),
+                    "nvidia.com/gpu.product": GPU_PRODUCT,
+                }
+            )
+            if fake.clique_id:
+                labels[CLIQUE_LABEL] = fake.clique_id
+            node = self.store.update(nodes, "", fake.name, node)
+            gpus = {GPU_RESOURCE: str(len(fake.gpu_uuids) or GPUS_PER_NODE)}
+            node["status"] = {**(node.get("status") or {}), "capacity": gpus, "allocatable": dict(gpus)}
+            self.store.update(nodes, "", fake.name, node, subresource="status")
+
+    async def _start_components(self) -> None:
+        env = dict(self.base_env)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        launched = time.perf_counter()
+        self.controller = await Component.launch(
+            "controller",
+            controller_command(self.settings, self.kubeconfig, self.controller_db, self.topology),
+            env,
+            self.logs_dir / "controller.log",
+        )
+        for node in self.topology.nodes:
+            self.plugins[node] = await Component.launch(
+                f"plugin {node}",
+                plugin_command(self, node),
+                env,
+                self.logs_dir / f"plugin-{node}.log",
+            )
+        self.timings.per_step["launch processes"] = time.perf_counter() - launched
+        await self._wait_until_registered()
+        self.timings.per_step["plugins registered"] = time.perf_counter() - launched
+
+    def registered_nodes(self) -> set[str]:
+        """Nodes whose plugin is registered with the kubelet and has published a ResourceSlice."""
+        slices, _ = self.store.list_objects(self.store.type_of("resource.k8s.io", "resourceslices"))
+        published = {
+            (s.get("spec") or {}).get("nodeName")
+            for s in slices
+            if (s.get("spec") or {}).get("driver") == DRIVER_NAME
+        }
+        return {
+            node
+            for node, kubelet in self.cluster.kubelets.items()
+            if DRIVER_NAME in kubelet.plugins.plugins and node in published
+        }
+
+    def exited(self) -> list[Component]:
+        components = [*([self.controller] if self.controller else []), *self.plugins.values()]
+        return [c for c in components if c.returncode is not None]
+
+    async def _wait_until_registered(self) -> None:
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        while len(self.registered_nodes()) < len(self.topology.nodes):
+            dead = self.exited()
+            if dead:
+                raise RackStartError("; ".join(c.failure() for c in dead))
+            if time.monotonic() > deadline:
+                missing = sorted(set(self.topology.nodes) - self.registered_nodes())
+                raise RackStartError(
+                    f"plugins not registered after {self.settings.start_timeout_s:.0f} s: {missing}"
+                )
+            await asyncio.sleep(0.1)
+
+    # ---- stop ----------------------------------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Kubelets and stand-ins first (no call reaches a plugin that is stopping), then daemons, then the
+        components, then the API server."""
+        for kubelet in self.cluster.kubelets.values():
+            await kubelet.stop()
+        for loop in self.cluster.controllers:
+            await loop.stop()
+        await self.runtime.stop_all()
+        components = [*self.plugins.values(), *([self.controller] if self.controller else [])]
+        await asyncio.gather(*(c.stop() for c in components))
+        await self.cluster.stop()
+
+    async def __aenter__(self) -> Rack:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

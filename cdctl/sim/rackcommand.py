@@ -1,0 +1,69 @@
+"""The body of `cdctl sim rack`: start the rack, run the scenario under the live view, print the summary.
+
+`run_rack_command(directory, nodes, racks, mode)` returns the exit code: 0 only when the rack started, every
+worker ran with channel0 and teardown left nothing behind; 1 otherwise (the summary lists what failed).
+Called by cdctl.cli.sim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from rich.console import Console
+
+from cdctl.sim.liveview import LiveView, summary
+from cdctl.sim.rack import Rack, RackSettings, RackStartError
+from cdctl.sim.scenario import DomainPlan, ScenarioReport, run_scenario
+
+# The longest unix socket path under the work directory (the plugin's DRA socket) must fit sun_path (108).
+_SOCKET_SUFFIX = len("/gb200-r00-n00/plugins/compute-domain.nvidia.com/dra.sock")
+_SUN_PATH_MAX = 107
+DOMAIN_NAMESPACE = "team-a"
+DOMAIN_NAME = "nvl72"
+
+
+def work_dir_problem(directory: Path) -> str | None:
+    if len(str(directory)) + _SOCKET_SUFFIX > _SUN_PATH_MAX:
+        most = _SUN_PATH_MAX - _SOCKET_SUFFIX
+        return f"{directory} is too long for the plugins' unix socket paths (at most {most} characters)"
+    return None
+
+
+async def _run(
+    console: Console, settings: RackSettings, plan: DomainPlan
+) -> tuple[Rack, ScenarioReport | None, str]:
+    rack = Rack(settings)
+    nodes = len(rack.topology.nodes)
+    console.print(
+        f"[bold]cdctl sim rack[/bold]: {settings.racks} x {settings.nodes_per_rack}-node GB200 rack(s), "
+        f"{settings.mode}; "
+        f"starting the API server, 1 controller and {nodes} kubelet-plugin processes in {settings.work_dir}"
+    )
+    try:
+        async with rack:
+            console.print(
+                f"rack up in {rack.timings.cluster_s + rack.timings.components_s:.1f} s; running the scenario"
+            )
+            with LiveView(console) as view:
+                report = await run_scenario(rack, [plan], observe=view)
+    except RackStartError as error:
+        return rack, None, str(error)
+    return rack, report, ""
+
+
+def run_rack_command(directory: Path, nodes: int, racks: int, mode: str) -> int:
+    console = Console()
+    problem = work_dir_problem(directory)
+    if problem:
+        console.print(f"cdctl sim rack: {problem}", style="red")
+        return 2
+    settings = RackSettings(directory, racks=racks, nodes_per_rack=nodes, mode=mode)
+    plan = DomainPlan(DOMAIN_NAME, DOMAIN_NAMESPACE, workers=nodes, jobs=racks)
+    rack, report, failure = asyncio.run(_run(console, settings, plan))
+    if report is None:
+        console.print(f"cdctl sim rack: the rack did not start: {failure}", style="red")
+        console.print(f"process logs: {rack.logs_dir}")
+        return 1
+    console.print(summary(rack, report))
+    return 0 if report.ok else 1
