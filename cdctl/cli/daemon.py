@@ -14,26 +14,35 @@ line, never a traceback.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from cdctl.daemon.check import CheckSettings, NotReady, check
 
 DEFAULT_IMEXD_DIR = "/imexd"
-imexd_option = click.option(
+FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
+
+
+def _option(*names: str, **kwargs: Any) -> Callable[[FC], FC]:
+    """A click option whose help names its environment twin."""
+    return click.option(*names, show_envvar=True, **kwargs)
+
+
+imexd_option = _option(
     "--imexd-dir", envvar="IMEXD_DIR", default=DEFAULT_IMEXD_DIR, show_default=True,
     type=click.Path(path_type=Path), help="Directory of the IMEX config template, config and node list.",
 )  # fmt: skip
-clique_option = click.option(
+clique_option = _option(
     "--cliqueid",
     "clique_id",
     envvar="CLIQUE_ID",
     default="",
     help="NVLink clique ID (from CDI); empty: none.",
 )
-ctl_option = click.option(
+ctl_option = _option(
     "--imex-ctl-binary", envvar="IMEX_CTL_BINARY", default="nvidia-imex-ctl", show_default=True,
     help="The IMEX control command (looked up on PATH).",
 )  # fmt: skip
@@ -48,7 +57,7 @@ def daemon() -> None:
 @clique_option
 @imexd_option
 @ctl_option
-@click.option("--timeout", "timeout_s", envvar="CHECK_TIMEOUT", default=10.0, show_default=True, type=float)
+@_option("--timeout", "timeout_s", envvar="CHECK_TIMEOUT", default=10.0, show_default=True, type=float)
 def check_command(clique_id: str, imexd_dir: Path, imex_ctl_binary: str, timeout_s: float) -> None:
     """Succeed when the local IMEX daemon answers READY (or when there is no clique to serve)."""
     try:
@@ -60,61 +69,51 @@ def check_command(clique_id: str, imexd_dir: Path, imex_ctl_binary: str, timeout
 
 @daemon.command("run")
 @clique_option
-@click.option(
-    "--compute-domain-uuid", envvar="COMPUTE_DOMAIN_UUID", default="", help="Domain UID (from CDI)."
-)
-@click.option(
-    "--compute-domain-name", envvar="COMPUTE_DOMAIN_NAME", default="", help="Domain name (from CDI)."
-)
-@click.option(
+@_option("--compute-domain-uuid", envvar="COMPUTE_DOMAIN_UUID", default="", help="Domain UID (from CDI).")
+@_option("--compute-domain-name", envvar="COMPUTE_DOMAIN_NAME", default="", help="Domain name (from CDI).")
+@_option(
     "--compute-domain-namespace", envvar="COMPUTE_DOMAIN_NAMESPACE", default="default", show_default=True,
     help="Domain namespace (from CDI).",
 )  # fmt: skip
-@click.option("--node-name", envvar="NODE_NAME", default="", help="This node (pod spec).")
-@click.option("--pod-ip", envvar="POD_IP", default="", help="This pod's IP: IMEX binds to it (pod spec).")
-@click.option("--pod-uid", envvar="POD_UID", default="", help="This pod's UID (pod spec).")
-@click.option("--pod-name", envvar="POD_NAME", default="", help="This pod's name (pod spec).")
-@click.option("--pod-namespace", envvar="POD_NAMESPACE", default="", help="This pod's namespace (pod spec).")
-@click.option(
+@_option("--node-name", envvar="NODE_NAME", default="", help="This node (pod spec).")
+@_option("--pod-ip", envvar="POD_IP", default="", help="This pod's IP: IMEX binds to it (pod spec).")
+@_option("--pod-uid", envvar="POD_UID", default="", help="This pod's UID (pod spec).")
+@_option("--pod-name", envvar="POD_NAME", default="", help="This pod's name (pod spec).")
+@_option("--pod-namespace", envvar="POD_NAMESPACE", default="", help="This pod's namespace (pod spec).")
+@_option(
     "--max-nodes-per-imex-domain", "max_nodes", envvar="MAX_NODES_PER_IMEX_DOMAIN", default=18,
     show_default=True, type=int, help="Slots in the node list; the controller's limit on indices.",
 )  # fmt: skip
-@click.option(
-    "--feature-gates", envvar="FEATURE_GATES", default="", help="Name=bool,... (as the chart sets)."
-)
+@_option("--feature-gates", envvar="FEATURE_GATES", default="", help="Name=bool,... (as the chart sets).")
 @imexd_option
-@click.option(
+@_option(
     "--hosts-file", envvar="HOSTS_FILE", default="/etc/hosts", show_default=True,
     type=click.Path(path_type=Path), help="Hosts file holding the slot name mappings (DNS-names mode).",
 )  # fmt: skip
-@click.option(
+@_option(
     "--db", envvar="CDCTL_DB", default=None, type=click.Path(path_type=Path),
     help="The daemon's event log [default: <imexd-dir>/events.db].",
 )  # fmt: skip
-@click.option(
-    "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent."
-)
-@click.option("--imex-binary", envvar="IMEX_BINARY", default="nvidia-imex", show_default=True)
+@_option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent.")
+@_option("--imex-binary", envvar="IMEX_BINARY", default="nvidia-imex", show_default=True)
 @ctl_option
-@click.option(
+@_option(
     "--unused-slot-address", envvar="UNUSED_SLOT_ADDRESS", default=None,
     help="Address for slots without a daemon; must reach no one [default: 192.0.2.1].",
 )  # fmt: skip
-@click.option(
+@_option(
     "--readiness-period", "readiness_period_s", envvar="READINESS_PERIOD", default=5.0, show_default=True,
     type=float, help="Seconds between the daemon's own readiness checks (recorded on change).",
 )  # fmt: skip
-@click.option(
+@_option(
     "--restart-backoff", "restart_backoff_s", envvar="IMEX_RESTART_BACKOFF", default=1.0, show_default=True,
     type=float, help="First delay before restarting a crashed IMEX (doubles, up to 30 s).",
 )  # fmt: skip
-@click.option(
+@_option(
     "--log-format", envvar="LOG_FORMAT", default="console", show_default=True,
     type=click.Choice(["console", "json", "text"]),
 )  # fmt: skip
-@click.option(
-    "-v", "--log-verbosity", "verbosity", envvar="LOG_VERBOSITY", default=4, show_default=True, type=int
-)
+@_option("-v", "--log-verbosity", "verbosity", envvar="LOG_VERBOSITY", default=4, show_default=True, type=int)
 def run_command(**options: Any) -> None:
     """Label the pod, render the IMEX files and supervise nvidia-imex until SIGTERM."""
     from cdctl.cli.errors import fail
