@@ -138,12 +138,19 @@ def cluster(
     help="Directory for the rack's files (event logs, process logs, node directories), kept after the run "
     "[default: a new directory under /tmp, also kept].",
 )
-def rack(nodes: int, racks: int, mode: str, keep: Path | None) -> None:
+@click.option(
+    "--rack-domains",
+    is_flag=True,
+    envvar="CDCTL_SIM_RACK_DOMAINS",
+    help="The controller creates one ComputeDomain per rack as it joins (cdctl controller --rack-domains); "
+    "each rack's job uses its imex-channel-<rack> template, and the domain goes when the rack leaves.",
+)
+def rack(nodes: int, racks: int, mode: str, keep: Path | None, rack_domains: bool) -> None:
     """A GB200 NVL72 rack end to end: real controller, plugins and daemons; a job forms and is torn down."""
     from cdctl.sim.rackcommand import run_rack_command
 
     directory = keep.resolve() if keep else Path(tempfile.mkdtemp(prefix="cdctl-rack-", dir="/tmp"))
-    raise SystemExit(run_rack_command(directory, nodes, racks, mode))
+    raise SystemExit(run_rack_command(directory, nodes, racks, mode, rack_domains))
 
 
 def register(root: click.Group) -> None:

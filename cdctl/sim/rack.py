@@ -61,6 +61,7 @@ class RackSettings:
     driver_namespace: str = DRIVER_NAMESPACE
     start_timeout_s: float = 120.0
     probe_period_s: float = 2.0  # the daemons' `cdctl daemon check`: one process per probe
+    rack_domains_namespace: str = ""  # non-empty: `cdctl controller --rack-domains` keeps its domains here
 
     @property
     def host_managed(self) -> bool:
@@ -151,6 +152,8 @@ class Rack:
             group = obj["apiVersion"].rpartition("/")[0]
             self._create(group, _PLURALS[obj["kind"]], "", obj)
         self._create("", "namespaces", "", {"metadata": {"name": self.settings.driver_namespace}})
+        if self.settings.rack_domains_namespace:
+            self._create("", "namespaces", "", {"metadata": {"name": self.settings.rack_domains_namespace}})
 
     def _label_gpu_nodes(self) -> None:
         """What GPU Feature Discovery and the device plugin publish: the clique label and the GPU count."""
@@ -176,10 +179,11 @@ class Rack:
         env = dict(self.base_env)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         launched = time.perf_counter()
+        rack_domains = {"RACK_DOMAINS": "true", "RACK_DOMAIN_NAMESPACE": self.settings.rack_domains_namespace}
         self.controller = await Component.launch(
             "controller",
             controller_command(self.settings, self.kubeconfig, self.controller_db, self.topology),
-            env,
+            {**env, **rack_domains} if self.settings.rack_domains_namespace else env,
             self.logs_dir / "controller.log",
         )
         for node in self.topology.nodes:

@@ -1,7 +1,8 @@
 """The body of `cdctl sim rack`: start the rack, run the scenario under the live view, print the summary.
 
 `run_rack_command(directory, nodes, racks, mode)` returns the exit code: 0 only when the rack started, every
-worker ran with channel0 and teardown left nothing behind; 1 otherwise (the summary lists what failed).
+worker ran with channel0 and teardown left nothing behind; 1 otherwise (the summary lists what failed). With
+`rack_domains` the controller creates one domain per rack and each rack's job uses it (cdctl.domain.racks).
 Called by cdctl.cli.sim.
 """
 
@@ -12,9 +13,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from cdctl.domain.racks import rack_domain_name
 from cdctl.sim.liveview import LiveView, summary
 from cdctl.sim.rack import Rack, RackSettings, RackStartError
 from cdctl.sim.scenario import DomainPlan, ScenarioReport, run_scenario
+from cdctl.sim.topology import build_topology
 
 # The longest unix socket path under the work directory (the plugin's DRA socket) must fit sun_path (108).
 _SOCKET_SUFFIX = len("/gb200-r00-n00/plugins/compute-domain.nvidia.com/dra.sock")
@@ -31,7 +34,7 @@ def work_dir_problem(directory: Path) -> str | None:
 
 
 async def _run(
-    console: Console, settings: RackSettings, plan: DomainPlan
+    console: Console, settings: RackSettings, plans: list[DomainPlan]
 ) -> tuple[Rack, ScenarioReport | None, str]:
     rack = Rack(settings)
     nodes = len(rack.topology.nodes)
@@ -46,24 +49,40 @@ async def _run(
                 f"rack up in {rack.timings.cluster_s + rack.timings.components_s:.1f} s; running the scenario"
             )
             with LiveView(console) as view:
-                report = await run_scenario(rack, [plan], observe=view)
+                report = await run_scenario(rack, plans, observe=view)
     except RackStartError as error:
         return rack, None, str(error)
     return rack, report, ""
 
 
-def run_rack_command(directory: Path, nodes: int, racks: int, mode: str) -> int:
+def rack_domain_plans(nodes: int, racks: int) -> list[DomainPlan]:
+    """One plan per rack: the domain the controller names after the rack's clique, one job per rack."""
+    topology = build_topology(racks=racks, nodes_per_rack=nodes)
+    cliques = [topology.rack(index)[0].clique_id for index in range(racks)]
+    return [DomainPlan(rack_domain_name(c), DOMAIN_NAMESPACE, workers=nodes, rack=c) for c in cliques]
+
+
+def run_rack_command(directory: Path, nodes: int, racks: int, mode: str, rack_domains: bool = False) -> int:
     console = Console()
     problem = work_dir_problem(directory)
     if problem:
         console.print(f"cdctl sim rack: {problem}", style="red")
         return 2
-    settings = RackSettings(directory, racks=racks, nodes_per_rack=nodes, mode=mode)
-    plan = DomainPlan(DOMAIN_NAME, DOMAIN_NAMESPACE, workers=nodes, jobs=racks)
-    rack, report, failure = asyncio.run(_run(console, settings, plan))
+    namespace = DOMAIN_NAMESPACE if rack_domains else ""
+    settings = RackSettings(
+        directory, racks=racks, nodes_per_rack=nodes, mode=mode, rack_domains_namespace=namespace
+    )
+    plans = (
+        rack_domain_plans(nodes, racks)
+        if rack_domains
+        else [DomainPlan(DOMAIN_NAME, DOMAIN_NAMESPACE, workers=nodes, jobs=racks)]
+    )
+    rack, report, failure = asyncio.run(_run(console, settings, plans))
     if report is None:
         console.print(f"cdctl sim rack: the rack did not start: {failure}", style="red")
         console.print(f"process logs: {rack.logs_dir}")
         return 1
     console.print(summary(rack, report))
+    if rack_domains:
+        console.print(f"rack domain decisions: cdctl events --db {rack.controller_db} --stream 'rack/*'")
     return 0 if report.ok else 1

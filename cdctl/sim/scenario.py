@@ -6,7 +6,10 @@ every worker pod is Running with channel0 in its CDI edits, then deletes the job
 to unprepare every claim, deletes the domains and waits until nothing is left (cdctl.sim.checks). Each poll
 hands a `Progress` to `observe` (the live view). The `ScenarioReport` holds the per-step timings, the
 formation time (first domain created -> every claim prepared), the teardown time and the problems found;
-`ok` is true only when every check held. Used by `cdctl sim rack`, the integration tests and the benchmark.
+`ok` is true only when every check held. A plan with a `rack` (`cdctl sim rack --rack-domains`) uses the
+domain the controller created when that rack joined (template `imex-channel-<name>`) instead of creating one,
+and its teardown takes the rack's nodes out (their rack label removed) so that the controller deletes it.
+Used by `cdctl sim rack`, the integration tests and the benchmark.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from cdctl.domain.racks import channel_template_name as rack_template_name
 from cdctl.sim.checks import (
     CD_GROUP,
     RESOURCE_GROUP,
@@ -27,7 +31,7 @@ from cdctl.sim.checks import (
     worker_states,
 )
 from cdctl.sim.errors import AlreadyExists, NotFound
-from cdctl.sim.rack import Rack
+from cdctl.sim.rack import CLIQUE_LABEL, Rack
 from cdctl.sim.workload import channel_template_name, compute_domain, worker_job
 
 POLL_S = 0.05
@@ -41,6 +45,11 @@ class DomainPlan:
     namespace: str
     workers: int
     jobs: int = 1
+    rack: str = ""  # the rack label's value when the controller creates the domain for the rack
+
+    @property
+    def template(self) -> str:
+        return rack_template_name(self.name) if self.rack else channel_template_name(self.name)
 
     @property
     def job_names(self) -> list[str]:
@@ -148,6 +157,15 @@ class _Runner:
             return False
         return True
 
+    def rack_leaves(self, rack: str) -> None:
+        """The rack's nodes lose their rack label: to the controller the rack is gone."""
+        nodes = self.rack.store.type_of("", "nodes")
+        for node in self.rack.store.list_objects(nodes)[0]:
+            labels = node["metadata"].get("labels") or {}
+            if labels.get(CLIQUE_LABEL) == rack:
+                del labels[CLIQUE_LABEL]
+                self.rack.store.update(nodes, "", node["metadata"]["name"], node)
+
     # ---- the scenario --------------------------------------------------------------------------------------
     async def form(self) -> None:
         for namespace in sorted({p.namespace for p in self.plans}):
@@ -157,7 +175,7 @@ class _Runner:
                 pass
         created_at = time.perf_counter()
         created: dict[str, float] = {}
-        for plan in self.plans:
+        for plan in (p for p in self.plans if not p.rack):
             obj = self.create(
                 CD_GROUP,
                 "computedomains",
@@ -170,18 +188,21 @@ class _Runner:
 
         def templates_missing() -> str | None:
             missing = [
-                channel_template_name(p.name)
+                p.template
                 for p in self.plans
-                if not self.exists(
-                    RESOURCE_GROUP, "resourceclaimtemplates", p.namespace, channel_template_name(p.name)
-                )
+                if not self.exists(RESOURCE_GROUP, "resourceclaimtemplates", p.namespace, p.template)
             ]
             return f"ResourceClaimTemplates {missing}" if missing else None
 
         await self.step("controller creates channel templates", templates_missing)
         for plan in self.plans:
+            if plan.rack:
+                cds = self.rack.store.type_of(CD_GROUP, "computedomains")
+                domain = self.rack.store.get(cds, plan.namespace, plan.name)
+                self.report.domain_uids[plan.name] = str(domain["metadata"]["uid"])
+                created[plan.name] = created_at
             for job in plan.job_names:
-                body = worker_job(job, plan.namespace, plan.workers, channel_template_name(plan.name))
+                body = worker_job(job, plan.namespace, plan.workers, plan.template)
                 self.create("batch", "jobs", plan.namespace, body)
         formed: dict[str, float] = {}
 
@@ -216,7 +237,10 @@ class _Runner:
 
         await self.step("delete jobs: claims unprepared", claims_held)
         for plan in self.plans:
-            self.delete(CD_GROUP, "computedomains", plan.namespace, plan.name)
+            if plan.rack:
+                self.rack_leaves(plan.rack)
+            else:
+                self.delete(CD_GROUP, "computedomains", plan.namespace, plan.name)
         namespaces = sorted({p.namespace for p in self.plans})
         jobs = [job for p in self.plans for job in p.job_names]
 
