@@ -393,13 +393,34 @@ class DeviceState:
         return removed
 
     async def cleanup_domain_dirs(self) -> list[str]:
-        """Remove `domains/<uid>` directories of ComputeDomains that are gone (never touches labels)."""
+        """Remove `domains/<uid>` directories of ComputeDomains that are gone (never touches labels).
+
+        The IMEX daemon's event log in that directory (its default, /imexd/events.db) is kept, moved to
+        `imex-history/<uid>.db` beside it: why IMEX restarted on this node must outlive the domain.
+        """
         base = self.settings.plugin_dir / "domains"
         removed: list[str] = []
         if not base.is_dir():
             return removed
         for entry in base.iterdir():
             if entry.is_dir() and await self.cluster.get_compute_domain(entry.name) is None:
+                await asyncio.to_thread(_keep_daemon_log, entry, self.settings.plugin_dir / IMEX_HISTORY)
                 await asyncio.to_thread(shutil.rmtree, entry, True)
                 removed.append(entry.name)
         return removed
+
+
+IMEX_HISTORY = "imex-history"
+DAEMON_LOG = "events.db"
+
+
+def _keep_daemon_log(domain_dir: Path, history: Path) -> None:
+    """Move a domain's daemon event log (with its WAL files) to `history/<domain uid>.db`."""
+    log = domain_dir / DAEMON_LOG
+    if not log.is_file():
+        return
+    history.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        source = domain_dir / f"{DAEMON_LOG}{suffix}"
+        if source.exists():
+            source.replace(history / f"{domain_dir.name}.db{suffix}")

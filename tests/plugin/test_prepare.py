@@ -292,3 +292,17 @@ async def test_prepare_for_an_older_allocation_is_fenced(node: Node) -> None:
     rec = node.state.book.get("c1")
     assert rec is not None and rec.completed and rec.allocation == second.allocation_id
     assert rec.allocations == (first.allocation_id, second.allocation_id)
+
+
+async def test_domain_cleanup_keeps_the_daemons_event_log(node: Node) -> None:
+    node.cluster.domains["dom-1"] = DomainInfo("dom-1", "cd", "default")
+    await node.state.prepare(parse_claim(daemon_claim("d1", "dom-1")), 0)
+    domain_dir = node.settings.plugin_dir / "domains" / "dom-1"
+    (domain_dir / "events.db").write_bytes(b"daemon history")
+    (domain_dir / "events.db-wal").write_bytes(b"tail")
+    del node.cluster.domains["dom-1"]  # the ComputeDomain is gone
+    assert await node.state.cleanup_domain_dirs() == ["dom-1"]
+    assert not domain_dir.exists()
+    history = node.settings.plugin_dir / "imex-history"
+    assert (history / "dom-1.db").read_bytes() == b"daemon history"
+    assert (history / "dom-1.db-wal").read_bytes() == b"tail"
