@@ -72,6 +72,15 @@ async def test_without_cluster_access_run_fails_with_one_line(rig: Rig) -> None:
     assert errors[0].startswith("cdctl: error: cannot configure the Kubernetes client from the in-cluster")
 
 
+async def test_gate_overrides_are_logged_at_start(rig: Rig) -> None:
+    daemon = rig.daemon(
+        "hosted", "n1", "10.60.0.1", "uid-x", KUBECONFIG="", FEATURE_GATES="HostManagedIMEX=true"
+    )
+    done = await asyncio.to_thread(daemon.cli, "daemon", "run")
+    assert "HostManagedIMEX is enabled; forcing IMEXDaemonsWithDNSNames=false" in done.stderr
+    assert "HostManagedIMEX is enabled; forcing ComputeDomainCliques=false" in done.stderr
+
+
 async def test_an_empty_clique_id_labels_the_pod_and_idles_until_sigterm(rig: Rig) -> None:
     daemon = rig.daemon("loner", "n1", "10.60.0.1", "uid-x", clique="")
     await rig.start(daemon)
