@@ -180,8 +180,11 @@ class SimKubelet:
                     await self.sync(wait=False)
                 except ApiError as error:
                     log.warning("simulated kubelet %s: %s", self.node_name, error)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow stop()'s cancellation
+                # when the watch delivers at that moment: a busy cluster then never stops its kubelets.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(watcher.next(), timeout=self.tick_s)
+                    async with asyncio.timeout(self.tick_s):
+                        await watcher.next()
                 while not watcher.queue.empty():
                     watcher.queue.get_nowait()
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -276,3 +277,31 @@ async def _eventually(condition: Any, timeout_s: float = 20.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+async def test_stop_ends_the_kubelet_while_the_cluster_is_busy(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", tick_s=0.001)
+    await kubelet.start()
+    nodes = store.type_of("", "nodes")
+
+    async def churn() -> None:
+        for index in range(100_000):
+            node = store.get(nodes, "", NODE)
+            node["metadata"]["labels"] = {"tick": str(index)}
+            store.update(nodes, "", NODE, node)
+            await asyncio.sleep(0)
+
+    busy = asyncio.create_task(churn())
+    try:
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+            async with asyncio.timeout(10):
+                await kubelet.stop()
+            await kubelet.start()
+        async with asyncio.timeout(10):
+            await kubelet.stop()
+    finally:
+        busy.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await busy
