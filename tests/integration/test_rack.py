@@ -1,0 +1,128 @@
+"""The rack end to end, as `cdctl sim rack` runs it: real controller, plugin and daemon processes.
+
+A 4-node rack forms one ComputeDomain for a 4-worker job and tears it down with nothing left; the same rack
+carries two domains on disjoint halves; host-managed mode through the command line runs no daemons and
+prints a summary whose commands work on the logs it names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
+from cdctl.plugin.cdi import claim_spec_path
+from cdctl.sim.checks import leftovers
+from cdctl.sim.rack import Rack, RackSettings
+from cdctl.sim.scenario import DomainPlan, Progress, run_scenario
+
+pytestmark = pytest.mark.integration
+NODES = 4
+
+
+@pytest.fixture
+def work_dir() -> Iterator[Path]:
+    # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
+    directory = Path(tempfile.mkdtemp(prefix="cdrack-", dir="/tmp"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _lifecycle(db: Path) -> list[tuple[str, str, str | None, str | None]]:
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return connection.execute(
+            "SELECT kind, state, prepared_at, unprepared_at FROM claim_lifecycle ORDER BY kind"
+        ).fetchall()
+    finally:
+        connection.close()
+
+
+async def test_one_domain_forms_on_the_rack_and_leaves_nothing_behind(work_dir: Path) -> None:
+    seen: list[Progress] = []
+    async with Rack(RackSettings(work_dir, nodes_per_rack=NODES, probe_period_s=1.0)) as rack:
+        report = await run_scenario(rack, [DomainPlan("nvl", "team-a", workers=NODES)], observe=seen.append)
+        assert report.problems == []
+        assert report.ok and report.formation_s is not None and report.teardown_s is not None
+        formed = [p for p in seen if p.phase == "workers Running with channel0"][-1]
+        workers = formed.workers["nvl-job"]
+        assert sorted(w.node for w in workers) == sorted(rack.topology.nodes), "one worker per node"
+        assert all(w.channel0 for w in workers)
+        assert max(n.daemons for n in formed.nodes) == 1
+        assert [name for name, _ in report.steps][-1] == "delete ComputeDomains: nothing left"
+        for node in rack.topology.nodes:
+            kinds = [(kind, state) for kind, state, prepared, unprepared in _lifecycle(rack.plugin_db(node))]
+            assert sorted(kinds) == [("channel", "Unprepared"), ("daemon", "Unprepared")]
+        assert len(rack.daemon_dbs()) == NODES
+        assert rack.controller_db.stat().st_size > 0
+
+        # The checks see what a broken teardown would leave.
+        node = next(iter(rack.topology.nodes))
+        stale = claim_spec_path(rack.cdi_root(node), "0000-stale")
+        stale.write_text("{}")
+        nodes = rack.store.type_of("", "nodes")
+        labelled = rack.store.get(nodes, "", node)
+        labelled["metadata"]["labels"][LABEL_COMPUTE_DOMAIN] = report.domain_uids["nvl"]
+        rack.store.update(nodes, "", node, labelled)
+        found = leftovers(rack, ["team-a"], ["nvl-job"])
+        assert f"CDI spec {stale} still exists" in found
+        assert f"node {node} still has label {LABEL_COMPUTE_DOMAIN}" in found
+
+
+async def test_two_domains_on_disjoint_halves_of_a_rack(work_dir: Path) -> None:
+    seen: list[Progress] = []
+    half = NODES // 2
+    plans = [DomainPlan("left", "team-a", workers=half), DomainPlan("right", "team-b", workers=half)]
+    async with Rack(RackSettings(work_dir, nodes_per_rack=NODES, probe_period_s=1.0)) as rack:
+        report = await run_scenario(rack, plans, observe=seen.append)
+        assert report.problems == []
+        assert report.ok
+        assert set(report.formation_by_domain) == {"left", "right"}
+        formed = [p for p in seen if p.phase == "workers Running with channel0"][-1]
+        left = {w.node for w in formed.workers["left-job"]}
+        right = {w.node for w in formed.workers["right-job"]}
+        assert len(left) == len(right) == half and not left & right
+        assert all(w.channel0 for states in formed.workers.values() for w in states)
+        assert all(n.daemons == 1 for n in formed.nodes), "each node runs only its own domain's daemon"
+        assert len(rack.daemon_dbs()) == NODES
+        assert {db.stem.rsplit("-", 1)[1] for db in rack.daemon_dbs()} == {
+            uid[:8] for uid in report.domain_uids.values()
+        }
+
+
+async def _run(*argv: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cdctl", *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    try:
+        async with asyncio.timeout(120):
+            output, _ = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    return process.returncode, output.decode()
+
+
+async def test_the_command_runs_host_managed_and_its_summary_points_at_real_logs(work_dir: Path) -> None:
+    code, output = await _run(
+        "sim", "rack", "--nodes", "2", "--mode", "host-managed", "--keep", str(work_dir)
+    )
+    assert code == 0, output
+    text = " ".join(output.split())
+    assert "formation:" in text and "every check held" in text
+    assert not (work_dir / "daemons").exists(), "no IMEX daemon runs in host-managed mode"
+    plugin_db = work_dir / "gb200-r00-n00" / "plugins" / "compute-domain.nvidia.com" / "events.db"
+    for command in ("cdctl events --db", "cdctl sql --db", "claim_lifecycle", "cdctl replay --db", "--at"):
+        assert command in text
+    assert _lifecycle(plugin_db)[0][:2] == ("channel", "Unprepared")
+    code, rows = await _run("sql", "--db", str(plugin_db), "SELECT kind, state FROM claim_lifecycle")
+    assert code == 0 and "Unprepared" in rows
