@@ -331,7 +331,3 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         rack_domain_namespace=str(options["rack_domain_namespace"]),
         rack_domain_name_pattern=validate_name_pattern(str(options["rack_domain_name"])),
     )
-
-
-def register(root: click.Group) -> None:
-    root.add_command(controller)

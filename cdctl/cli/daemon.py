@@ -191,7 +191,3 @@ def _run_daemon(options: dict[str, Any]) -> None:
         await DaemonApp(settings).run(stop)
 
     asyncio.run(main())
-
-
-def register(root: click.Group) -> None:
-    root.add_command(daemon)

@@ -246,7 +246,3 @@ def kubelet_plugin(
         metrics_path=metrics_path,
     )
     _run(_serve(cfg))
-
-
-def register(root: click.Group) -> None:
-    root.add_command(kubelet_plugin)

@@ -5,13 +5,11 @@ from __future__ import annotations
 import click
 from click.testing import CliRunner
 
-from cdctl.cli import plugin
+from cdctl.cli.main import cli
 
 
 def root() -> click.Group:
-    group = click.Group("cdctl")
-    plugin.register(group)
-    return group
+    return cli
 
 
 def test_help_lists_the_go_driver_flags() -> None:
