@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/cdctl demo
+	$(BIN)/cdctl sim rack
 
 test: lint typecheck layers unit
 
