@@ -112,14 +112,15 @@ class ProcessRuntime:
         if not probe:
             running.ready = True
             return True
-        checker = await asyncio.create_subprocess_exec(
-            *[str(a) for a in probe],
-            env=running.env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        running.ready = await checker.wait() == 0
+        running.ready = await self._probe([str(a) for a in probe], running.env)
         return running.ready
+
+    async def _probe(self, command: list[str], env: dict[str, str]) -> bool:
+        """Run one exec probe; it passes when the command exits 0."""
+        checker = await asyncio.create_subprocess_exec(
+            *command, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        return await checker.wait() == 0
 
     async def stop(self, pod: dict[str, Any]) -> None:
         running = self.running.pop(pod["metadata"]["uid"], None)
