@@ -2,9 +2,11 @@
 
 `controller_command` and `plugin_command` build each component's command line with the flags the chart
 would set (driver namespace, feature gates, per-node plugin, registration and CDI directories, the fake
-NVML clique and fake `/proc` driver files, one event log per process); `Component.launch` starts it with its
-output in a log file, and `stop()` sends SIGTERM and waits (SIGKILL after a grace period). The simulated API
-server has no rate limit, so client-side throttling is off. Used by cdctl.sim.rack.
+NVML clique and fake `/proc` driver files, one event log per process) as the arguments after `cdctl`;
+`Component.launch` starts it, through the fork server (cdctl.sim.forkserver) when one is given, else as the
+console script, with its output in a log file, and `stop()` sends SIGTERM and waits (SIGKILL after a grace
+period). The simulated API server has no rate limit, so client-side throttling is off. Used by
+cdctl.sim.rack.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cdctl.sim.forkserver import ForkedProcess, ForkServer
 from cdctl.sim.topology import NODES_PER_RACK, Topology
 
 if TYPE_CHECKING:
@@ -41,7 +44,6 @@ def controller_command(settings: RackSettings, kubeconfig: Path, db: Path, topol
     db.parent.mkdir(parents=True, exist_ok=True)
     per_clique = max(len(topology.rack(r)) for r in {n.rack for n in topology.nodes.values()})
     return [
-        *cdctl_argv(),
         "controller",
         "--pod-name", CONTROLLER_POD,
         "--namespace", settings.driver_namespace,
@@ -59,7 +61,6 @@ def plugin_command(rack: Rack, node: str) -> list[str]:
     cluster = rack.cluster
     files = cluster.driver_files(node)
     return [
-        *cdctl_argv(),
         "kubelet-plugin",
         "--node-name", node,
         "--namespace", rack.settings.driver_namespace,
@@ -81,15 +82,20 @@ def plugin_command(rack: Rack, node: str) -> list[str]:
 @dataclass
 class Component:
     name: str
-    process: asyncio.subprocess.Process
+    process: asyncio.subprocess.Process | ForkedProcess
     log_path: Path
 
     @classmethod
-    async def launch(cls, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> Component:
+    async def launch(
+        cls, name: str, args: list[str], env: dict[str, str], log_path: Path, fork_server: ForkServer | None
+    ) -> Component:
+        """Run `cdctl ARGS...` (through the fork server when there is one)."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        if fork_server is not None:
+            return cls(name, await fork_server.spawn(args, env, log_path), log_path)
         with log_path.open("ab") as output:
             process = await asyncio.create_subprocess_exec(
-                *argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output
+                *cdctl_argv(), *args, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output
             )
         return cls(name, process, log_path)
 

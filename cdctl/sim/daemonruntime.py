@@ -6,18 +6,21 @@ through the daemon claim's CDI mount: `IMEXD_DIR` is the domain directory the no
 (`<node>/plugins/<driver>/domains/<domain uid>`), with the pod's own hosts file in it (also handed to the
 fake `nvidia-imex-ctl`), and `CDCTL_DB` an event log per daemon under `<work dir>/daemons/`, outside the
 domain directory the plugin removes at teardown, so the log stays for exploring. Other pods are not run.
-Used by cdctl.sim.rack.
+With a fork server (cdctl.sim.forkserver), `cdctl ...` commands and probes start from its warm copy of
+cdctl instead of a fresh interpreter. Used by cdctl.sim.rack.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
 from cdctl.sim.fakeimex import HOSTS_ENV
+from cdctl.sim.forkserver import ForkServer
 from cdctl.sim.processruntime import ProcessRuntime
 
 
@@ -27,6 +30,10 @@ class DaemonPodRuntime(ProcessRuntime):
         self.work_dir = work_dir
         self.driver_namespace = driver_namespace
         self.db_dir = work_dir / "daemons"
+        self.fork_server: ForkServer | None = None
+
+    def _forkable(self, command: list[str]) -> bool:
+        return self.fork_server is not None and bool(command) and Path(command[0]).name == "cdctl"
 
     def is_daemon_pod(self, pod: dict[str, Any]) -> bool:
         metadata = pod["metadata"]
@@ -54,7 +61,21 @@ class DaemonPodRuntime(ProcessRuntime):
                 "CDCTL_DB": str(self.daemon_db(node, domain)),
             }
         )
-        return await super()._spawn(pod, env)
+        container = self._container(pod)
+        command = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+        if self.fork_server is None or not self._forkable(command):
+            return await super()._spawn(pod, env)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}.log"
+        forked = await self.fork_server.spawn(command[1:], env, log_path)
+        # The runtime uses pid, returncode, wait, send_signal and kill: a ForkedProcess has them all.
+        return cast(asyncio.subprocess.Process, forked)
+
+    async def _probe(self, command: list[str], env: dict[str, str]) -> bool:
+        if self.fork_server is None or not self._forkable(command):
+            return await super()._probe(command, env)
+        checker = await self.fork_server.spawn(command[1:], env, Path(os.devnull))
+        return await checker.wait() == 0
 
     async def stop_all(self) -> None:
         """Stop every daemon still running (the rack is going away)."""

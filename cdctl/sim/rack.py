@@ -10,7 +10,9 @@
    sockets and CDI root under the node's directory (cdctl.sim.components);
 4. in driver-managed mode the daemon pods the controller's DaemonSets create are run by the simulated
    container runtime as `cdctl daemon run` processes, probed with `cdctl daemon check`
-   (cdctl.sim.daemonruntime); host-managed mode runs none (the host's IMEX stands in).
+   (cdctl.sim.daemonruntime); host-managed mode runs none (the host's IMEX stands in). These `cdctl`
+   processes start from a fork server that has imported cdctl once (cdctl.sim.forkserver), unless
+   `fork_server=False`: each is still its own process, without a second of imports apiece.
 It returns once every plugin has registered with its kubelet and published its ResourceSlice. Leaving the
 block stops the children with SIGTERM (the daemons first), then the cluster. Used by cdctl.sim.scenario,
 the integration tests and bench/formation.py.
@@ -35,6 +37,7 @@ from cdctl.sim.components import Component, controller_command, plugin_command
 from cdctl.sim.controllerloop import ControllerLoop
 from cdctl.sim.daemonruntime import DaemonPodRuntime
 from cdctl.sim.errors import AlreadyExists
+from cdctl.sim.forkserver import ForkServer
 from cdctl.sim.jobs import JobController, serve_jobs
 from cdctl.sim.topology import GPUS_PER_NODE, NODES_PER_RACK, build_topology
 
@@ -45,6 +48,11 @@ DRIVER_NAMESPACE = "nvidia-dra-driver"
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT = "NVIDIA-GB200"
+# What the rack's processes import, loaded once by the fork server.
+FORK_SERVER_PRELOAD = [
+    "cdctl.cli.main", "cdctl.cli.controller", "cdctl.cli.plugin", "cdctl.cli.daemon",
+    "cdctl.controller.app", "cdctl.plugin.app", "cdctl.daemon.app",
+]  # fmt: skip
 _PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "DeviceClass": "deviceclasses"}
 
 
@@ -61,6 +69,7 @@ class RackSettings:
     driver_namespace: str = DRIVER_NAMESPACE
     start_timeout_s: float = 120.0
     probe_period_s: float = 2.0  # the daemons' `cdctl daemon check`: one process per probe
+    fork_server: bool = True  # start cdctl processes from a warm fork server (cdctl.sim.forkserver)
     rack_domains_namespace: str = ""  # non-empty: `cdctl controller --rack-domains` keeps its domains here
 
     @property
@@ -104,6 +113,7 @@ class Rack:
         jobs = JobController(self.store)
         self.cluster.controllers.append(ControllerLoop("jobs", self.store, jobs.kinds, jobs.reconcile))
         self.controller: Component | None = None
+        self.fork_server: ForkServer | None = None
         self.plugins: dict[str, Component] = {}
         self.timings = StartTimings()
 
@@ -137,6 +147,9 @@ class Rack:
         self.base_env.pop("CDCTL_DB", None)
         self._install_chart()
         self._label_gpu_nodes()
+        if self.settings.fork_server:
+            self.fork_server = await ForkServer.start(FORK_SERVER_PRELOAD, env=self.base_env)
+            self.runtime.fork_server = self.fork_server
         self.timings.cluster_s = time.perf_counter() - started
         started = time.perf_counter()
         await self._start_components()
@@ -185,6 +198,7 @@ class Rack:
             controller_command(self.settings, self.kubeconfig, self.controller_db, self.topology),
             {**env, **rack_domains} if self.settings.rack_domains_namespace else env,
             self.logs_dir / "controller.log",
+            self.fork_server,
         )
         for node in self.topology.nodes:
             self.plugins[node] = await Component.launch(
@@ -192,6 +206,7 @@ class Rack:
                 plugin_command(self, node),
                 env,
                 self.logs_dir / f"plugin-{node}.log",
+                self.fork_server,
             )
         self.timings.per_step["launch processes"] = time.perf_counter() - launched
         await self._wait_until_registered()
@@ -239,6 +254,8 @@ class Rack:
         await self.runtime.stop_all()
         components = [*self.plugins.values(), *([self.controller] if self.controller else [])]
         await asyncio.gather(*(c.stop() for c in components))
+        if self.fork_server is not None:
+            await self.fork_server.stop()
         await self.cluster.stop()
 
     async def __aenter__(self) -> Rack:
