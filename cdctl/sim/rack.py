@@ -68,7 +68,7 @@ class RackSettings:
     mode: str = DRIVER_MANAGED
     driver_namespace: str = DRIVER_NAMESPACE
     start_timeout_s: float = 120.0
-    probe_period_s: float = 2.0  # the daemons' `cdctl daemon check`: one process per probe
+    probe_period_s: float = 2.0  # the daemons' `cdctl daemon check` (each also runs a fake nvidia-imex-ctl)
     fork_server: bool = True  # start cdctl processes from a warm fork server (cdctl.sim.forkserver)
     rack_domains_namespace: str = ""  # non-empty: `cdctl controller --rack-domains` keeps its domains here
 
