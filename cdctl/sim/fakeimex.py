@@ -9,22 +9,24 @@ Slots the daemon maps to the unused-slot address (cdctl.domain.imex.DEFAULT_UNUS
 are UNUSED and do not hold readiness back.
 Peers find each other through files in one registry directory on this machine (`CDCTL_FAKE_IMEX_DIR`); names
 resolve through `CDCTL_FAKE_IMEX_HOSTS` (default /etc/hosts). `install_executables(bin_dir)` writes the two
-commands under their real names, for a PATH the cdctl daemon finds them on. Used by the rack and the tests.
+commands under their real names, for a PATH the cdctl daemon finds them on; they run this file as a bare
+script (`python -S -I`, standard library only), since every daemon probe starts one. Used by the rack and the
+tests.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdctl.domain.imex import DEFAULT_UNUSED_ADDRESS as UNUSED_SLOT_ADDRESS
+# cdctl.domain.imex.DEFAULT_UNUSED_ADDRESS, repeated: the fake runs as a bare script (python -S -I) that
+# imports nothing of cdctl, so that each nvidia-imex-ctl call (every probe) starts in a few milliseconds.
+UNUSED_SLOT_ADDRESS = "192.0.2.1"
 
 REGISTRY_ENV = "CDCTL_FAKE_IMEX_DIR"
 HOSTS_ENV = "CDCTL_FAKE_IMEX_HOSTS"
@@ -37,10 +39,12 @@ class ImexConfigError(Exception):
     """The IMEX config or node list is missing or malformed."""
 
 
-@dataclass(frozen=True)
 class ImexConfig:
-    path: Path
-    values: dict[str, str]
+    """One IMEX config file's KEY=VALUE settings (a plain class: dataclasses cost the fake's start-up)."""
+
+    def __init__(self, path: Path, values: dict[str, str]) -> None:
+        self.path = path
+        self.values = values
 
     @property
     def node_file(self) -> Path:
@@ -193,17 +197,34 @@ def run_ctl(config_path: Path, query: bool, list_nodes: bool) -> int:
     return 0
 
 
+def _parse(argv: list[str]) -> tuple[str, Path, bool, bool]:
+    """tool, -c/--config PATH, -q/--query, -N/--nodes (argparse would double the fake's start-up)."""
+    if not argv or argv[0] not in EXECUTABLES.values():
+        raise ImexConfigError(
+            f"usage: fakeimex {{{'|'.join(sorted(set(EXECUTABLES.values())))}}} [-c CFG] [-q] [-N]"
+        )
+    tool, config, query, nodes = argv[0], Path("/etc/nvidia-imex/config.cfg"), False, False
+    rest = iter(argv[1:])
+    for arg in rest:
+        if arg in ("-c", "--config"):
+            config = Path(next(rest, ""))
+        elif arg.startswith("--config="):
+            config = Path(arg.partition("=")[2])
+        elif arg in ("-q", "--query"):
+            query = True
+        elif arg in ("-N", "--nodes"):
+            nodes = True
+        else:
+            raise ImexConfigError(f"unknown argument {arg!r}")
+    return tool, config, query, nodes
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fakeimex", description="Fake nvidia-imex / nvidia-imex-ctl.")
-    parser.add_argument("tool", choices=sorted(set(EXECUTABLES.values())))
-    parser.add_argument("-c", "--config", type=Path, default=Path("/etc/nvidia-imex/config.cfg"))
-    parser.add_argument("-q", "--query", action="store_true", help="ctl: print READY or NOT_READY")
-    parser.add_argument("-N", "--nodes", action="store_true", help="ctl: list the peers and their state")
-    args = parser.parse_args(argv)
     try:
-        if args.tool == "imex":
-            return run_imex(args.config)
-        return run_ctl(args.config, args.query, args.nodes)
+        tool, config, query, nodes = _parse(sys.argv[1:] if argv is None else argv)
+        if tool == "imex":
+            return run_imex(config)
+        return run_ctl(config, query, nodes)
     except ImexConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -215,7 +236,7 @@ def install_executables(bin_dir: Path, python: str = sys.executable) -> dict[str
     installed = {}
     for name, tool in EXECUTABLES.items():
         path = bin_dir / name
-        path.write_text(f'#!/bin/sh\nexec "{python}" -m cdctl.sim.fakeimex {tool} "$@"\n')
+        path.write_text(f'#!/bin/sh\nexec "{python}" -S -I "{Path(__file__).resolve()}" {tool} "$@"\n')
         path.chmod(0o755)
         installed[name] = path
     return installed

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from cdctl.domain.imex import DEFAULT_UNUSED_ADDRESS
+from cdctl.sim import fakeimex
 from cdctl.sim.fakeimex import install_executables
 
 Launcher = Callable[[str, list[str]], "asyncio.Future[asyncio.subprocess.Process]"]
@@ -165,3 +167,12 @@ async def test_slots_mapped_to_the_unused_address_do_not_hold_readiness_back(
     assert await _query(imex_env, first, "-q") == (0, "NOT_READY\n")
     await _start(imex_env, _write_config(tmp_path / "c", "10.0.0.3", slots), daemons)
     assert await _query(imex_env, first, "-q") == (0, "READY\n")
+
+
+def test_the_bare_script_agrees_with_cdctl_on_the_unused_address_and_rejects_bad_arguments(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert fakeimex.UNUSED_SLOT_ADDRESS == DEFAULT_UNUSED_ADDRESS
+    assert fakeimex.main(["ctl", "--bogus"]) == 2
+    assert fakeimex.main([]) == 2
+    assert "unknown argument '--bogus'" in capsys.readouterr().err
