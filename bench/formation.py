@@ -170,25 +170,7 @@ def draw(results: list[dict[str, Any]], path: Path) -> None:
     path.write_bytes(canvas.png())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--racks", default="1,2,4,8", help="Comma list of rack counts (18 nodes each).")
-    parser.add_argument("--mode", default="driver-managed", choices=["driver-managed", "host-managed"])
-    args = parser.parse_args()
-    results = []
-    for racks in [int(r) for r in args.racks.split(",")]:
-        started = time.perf_counter()
-        result = asyncio.run(measure(racks, args.mode))
-        results.append(result)
-        print(
-            f"{result['nodes']:4d} nodes: start {result['start_s']:7.2f} s  "
-            f"formation {result['formation_s']} s  "
-            f"teardown {result['teardown_s']} s  ok={result['ok']}  (load {result['load_average_before']}, "
-            f"{time.perf_counter() - started:.0f} s in all)",
-            flush=True,
-        )
+def write(results: list[dict[str, Any]]) -> None:
     RESULTS.mkdir(exist_ok=True)
     document = {
         "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -202,7 +184,29 @@ def main() -> None:
     }
     (RESULTS / "formation.json").write_text(json.dumps(document, indent=2) + "\n")
     draw(results, RESULTS / "formation.png")
-    print(f"wrote {RESULTS / 'formation.json'} and {RESULTS / 'formation.png'}")
+    print(f"wrote {RESULTS / 'formation.json'} and {RESULTS / 'formation.png'}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--racks", default="1,2,4,8", help="Comma list of rack counts (18 nodes each).")
+    parser.add_argument("--mode", default="driver-managed", choices=["driver-managed", "host-managed"])
+    args = parser.parse_args()
+    results: list[dict[str, Any]] = []
+    for racks in [int(r) for r in args.racks.split(",")]:
+        started = time.perf_counter()
+        result = asyncio.run(measure(racks, args.mode))
+        results.append(result)
+        print(
+            f"{result['nodes']:4d} nodes: start {result['start_s']:7.2f} s  "
+            f"formation {result['formation_s']} s  "
+            f"teardown {result['teardown_s']} s  ok={result['ok']}  (load {result['load_average_before']}, "
+            f"{time.perf_counter() - started:.0f} s in all)",
+            flush=True,
+        )
+        write(results)  # after every size, so a long run that is stopped keeps what it measured
 
 
 if __name__ == "__main__":
