@@ -13,7 +13,6 @@ lease exits 1; a typed error ends the command with a one-line reason and its exi
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import signal
 import sys
@@ -21,10 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-import structlog
 from click.decorators import FC
 
 from cdctl.api.gates import parse_feature_gates
+from cdctl.cli.logs import configure_logging
 from cdctl.controller.app import run_controller
 from cdctl.controller.leader import LeadershipLost
 from cdctl.controller.settings import ControllerSettings, LeaderElectionSettings
@@ -72,23 +71,6 @@ def option(*names: str, **kwargs: Any) -> Callable[[FC], FC]:
 
 def split_list(value: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in re.split(r"[,\s]+", value or "") if item.strip())
-
-
-def configure_logging(fmt: str, verbosity: int) -> None:
-    level = logging.DEBUG if verbosity >= 6 else logging.INFO
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
-    )
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
 
 
 async def serve(settings: ControllerSettings) -> None:

@@ -129,37 +129,17 @@ def run_command(**options: Any) -> None:
         fail(f"unexpected {type(exc).__name__}: {exc}", 1)
 
 
-def _configure_logging(fmt: str, verbosity: int) -> None:
-    import logging
-
-    import structlog
-
-    renderer: Any = (
-        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
-    )
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.DEBUG if verbosity >= 6 else logging.INFO
-        ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
-
-
 def _run_daemon(options: dict[str, Any]) -> None:
     import asyncio
     import signal
 
     from cdctl.api.gates import parse_feature_gates
+    from cdctl.cli.logs import configure_logging
     from cdctl.daemon.app import DaemonApp
     from cdctl.daemon.settings import DaemonSettings
     from cdctl.domain.imex import DEFAULT_UNUSED_ADDRESS
 
-    _configure_logging(options["log_format"], options["verbosity"])
+    configure_logging(options["log_format"], options["verbosity"])
     settings = DaemonSettings(
         clique_id=options["clique_id"],
         domain_uid=options["compute_domain_uuid"],

@@ -10,37 +10,19 @@ FEATURE_GATES, ...). A typed error ends the command with a one-line reason and i
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
-import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import click
-import structlog
 
 from cdctl.api.gates import parse_feature_gates
 from cdctl.cli.errors import guarded
+from cdctl.cli.logs import configure_logging
 from cdctl.domain.errors import CdctlError
 from cdctl.plugin.app import PluginConfig, PluginProcess
 from cdctl.plugin.nvml import fake_from_spec
-
-
-def _configure_logging(fmt: str, verbosity: int) -> None:
-    level = logging.DEBUG if verbosity >= 6 else logging.INFO
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
-    )
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:
@@ -220,7 +202,7 @@ def kubelet_plugin(
     verbosity: int,
 ) -> None:
     """Serve the kubelet DRA API for ComputeDomain channels and daemons on this node."""
-    _configure_logging(log_format, verbosity)
+    configure_logging(log_format, verbosity)
     gates = parse_feature_gates(feature_gates)
     cfg = PluginConfig(
         node_name=node_name,
