@@ -10,7 +10,9 @@ Writes bench/results/formation.json (with the load average: other work on the sa
 and draws bench/results/formation.png (seconds vs nodes) with the small PNG writer below (no plotting
 dependency). Targets: 18 nodes < 3 s, 144 nodes < 15 s.
 
-    .venv/bin/python bench/formation.py [--racks 1,2,4,8] [--mode driver-managed|host-managed]
+    .venv/bin/python bench/formation.py [--racks 1,2,4,8] [--mode driver-managed|host-managed] [--merge]
+
+`--merge` keeps the results already in formation.json for sizes this run does not measure.
 """
 
 from __future__ import annotations
@@ -193,12 +195,17 @@ def main() -> None:
     )
     parser.add_argument("--racks", default="1,2,4,8", help="Comma list of rack counts (18 nodes each).")
     parser.add_argument("--mode", default="driver-managed", choices=["driver-managed", "host-managed"])
+    parser.add_argument("--merge", action="store_true", help="Keep earlier results of other sizes.")
     args = parser.parse_args()
+    sizes = [int(r) for r in args.racks.split(",")]
     results: list[dict[str, Any]] = []
-    for racks in [int(r) for r in args.racks.split(",")]:
+    if args.merge and (RESULTS / "formation.json").exists():
+        earlier = json.loads((RESULTS / "formation.json").read_text())["results"]
+        results = [r for r in earlier if r["racks"] not in sizes]
+    for racks in sizes:
         started = time.perf_counter()
         result = asyncio.run(measure(racks, args.mode))
-        results.append(result)
+        results = sorted([*results, result], key=lambda r: int(r["nodes"]))
         print(
             f"{result['nodes']:4d} nodes: start {result['start_s']:7.2f} s  "
             f"formation {result['formation_s']} s  "

@@ -50,6 +50,10 @@ def _list(rack: Rack, group: str, plural: str, namespace: str | None = None) -> 
     return rack.store.list_objects(rack.store.type_of(group, plural), namespace)[0]
 
 
+def list_pods(rack: Rack, namespace: str) -> list[dict[str, Any]]:
+    return _list(rack, "", "pods", namespace)
+
+
 def _claim_progress(rack: Rack, pod: dict[str, Any], prepared: bool) -> str:
     if prepared:
         return "prepared"
@@ -80,13 +84,18 @@ def has_channel0(rack: Rack, node: str, cdi_devices: list[str]) -> bool:
 
 
 def worker_states(
-    rack: Rack, namespace: str, job: str, verified: set[str] | None = None
+    rack: Rack,
+    namespace: str,
+    job: str,
+    verified: set[str] | None = None,
+    listed: list[dict[str, Any]] | None = None,
 ) -> list[WorkerState]:
-    """The job's pods by completion index. `verified` caches pod uids already seen with channel0."""
+    """The job's pods by name. `verified` caches pod uids already seen with channel0; `listed` is the
+    namespace's pods when the caller has them (one list for several jobs: the store copies every object)."""
     verified = verified if verified is not None else set()
     pods = [
         p
-        for p in _list(rack, "", "pods", namespace)
+        for p in (listed if listed is not None else _list(rack, "", "pods", namespace))
         if p["metadata"].get("labels", {}).get(JOB_NAME_LABEL) == job
     ]
     states = []

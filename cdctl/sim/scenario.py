@@ -27,6 +27,7 @@ from cdctl.sim.checks import (
     NodeState,
     WorkerState,
     leftovers,
+    list_pods,
     node_states,
     worker_states,
 )
@@ -35,6 +36,7 @@ from cdctl.sim.rack import CLIQUE_LABEL, Rack
 from cdctl.sim.workload import channel_template_name, compute_domain, worker_job
 
 POLL_S = 0.05
+NODES_PER_POLL_S = 400  # a poll copies every pod out of the store, in the process that serves the cluster
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,9 @@ class _Runner:
         self.phase = ""
 
     def workers(self) -> dict[str, list[WorkerState]]:
+        pods = {ns: list_pods(self.rack, ns) for ns in {p.namespace for p in self.plans}}
         return {
-            job: worker_states(self.rack, p.namespace, job, self.verified)
+            job: worker_states(self.rack, p.namespace, job, self.verified, pods[p.namespace])
             for p in self.plans
             for job in p.job_names
         }
@@ -135,7 +138,7 @@ class _Runner:
             if time.perf_counter() > deadline:
                 raise ScenarioFailed(f"{name}: still waiting after {deadline - began:.0f} s: {missing}")
             self.show()
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(max(POLL_S, len(self.rack.topology.nodes) / NODES_PER_POLL_S))
         elapsed = time.perf_counter() - began
         self.report.steps.append((name, elapsed))
         self.show()
