@@ -31,7 +31,7 @@ from grpclib.exceptions import StreamTerminatedError
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1 as dra_v1
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1beta1 as dra_v1beta1
-from cdctl.sim.allocator import claim_names
+from cdctl.sim.allocator import allocated_node, claim_names
 from cdctl.sim.cdiresolver import UnresolvableDevice
 from cdctl.sim.errors import ApiError, NotFound
 from cdctl.sim.objectmeta import now_rfc3339
@@ -173,7 +173,9 @@ class SimKubelet:
             await self._cancel_start(uid)
 
     async def _run(self) -> None:
-        watcher = self.store.watch(None, droppable=False)
+        # Woken by what concerns this node (its pods and slices, claims allocated on it), else every tick:
+        # on a big rack every kubelet waking on every write of the cluster was most of the work.
+        watcher = self.store.watch(None, matches=self._concerns_this_node, droppable=False)
         try:
             while True:
                 try:
@@ -189,6 +191,11 @@ class SimKubelet:
                     watcher.queue.get_nowait()
         finally:
             self.store.hub.release(watcher)
+
+    def _concerns_this_node(self, obj: Mapping[str, Any]) -> bool:
+        if (obj.get("spec") or {}).get("nodeName") == self.node_name:
+            return True
+        return allocated_node(dict(obj)) == self.node_name
 
     def _wipe_slices_of_gone_drivers(self) -> None:
         """Delete a driver's slices on this node once it has had no registered plugin for the wipe delay."""

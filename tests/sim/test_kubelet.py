@@ -305,3 +305,30 @@ async def test_stop_ends_the_kubelet_while_the_cluster_is_busy(socket_root: Path
         busy.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await busy
+
+
+async def test_the_running_kubelet_wakes_for_its_own_node_not_for_the_rest_of_the_cluster(
+    socket_root: Path,
+) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", tick_s=30.0)
+    passes = 0
+    sync = kubelet.sync
+
+    async def counted(*, wait: bool = True) -> None:
+        nonlocal passes
+        passes += 1
+        await sync(wait=wait)
+
+    kubelet.sync = counted  # type: ignore[method-assign]
+    await kubelet.start()
+    try:
+        await _eventually(lambda: passes == 1)
+        for index in range(20):
+            add_pod(store, f"elsewhere-{index}", node="another-node")
+        await asyncio.sleep(0.2)
+        assert passes == 1, "pods of other nodes do not wake this kubelet"
+        add_pod(store, "here", node=NODE)
+        await _eventually(lambda: passes >= 2)
+    finally:
+        await kubelet.stop()
