@@ -18,6 +18,9 @@ RUN python -m venv /opt/cdctl
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY migrations ./migrations
+COPY charts/cdctl/Chart.yaml charts/cdctl/values.yaml charts/cdctl/values.schema.json ./charts/cdctl/
+COPY charts/cdctl/crds ./charts/cdctl/crds
+COPY charts/cdctl/files ./charts/cdctl/files
 COPY cdctl ./cdctl
 # [fast] adds uvloop. Every dependency ships binary wheels, so the slim base needs no compiler.
 RUN /opt/cdctl/bin/pip install '.[fast]' \
