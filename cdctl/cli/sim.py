@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -16,6 +18,26 @@ from cdctl.sim.server import serve_until_stopped
 from cdctl.sim.settings import ServerSettings
 from cdctl.sim.topology import NODES_PER_RACK, build_topology
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def api_server_endpoint(command: F) -> F:
+    """--port and --kubeconfig-out: where the simulated API server listens and where its kubeconfig goes."""
+    command = click.option(
+        "--kubeconfig-out",
+        type=click.Path(dir_okay=False, path_type=Path),
+        envvar="CDCTL_SIM_KUBECONFIG_OUT",
+        help="Write a kubeconfig pointing at the server to this file.",
+    )(command)
+    return click.option(
+        "--port",
+        type=click.IntRange(0, 65535),
+        default=6443,
+        show_default=True,
+        envvar="CDCTL_SIM_PORT",
+        help="TCP port of the API server on 127.0.0.1 (0 picks a free one).",
+    )(command)
+
 
 @click.group()
 def sim() -> None:
@@ -23,20 +45,7 @@ def sim() -> None:
 
 
 @sim.command("apiserver")
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=6443,
-    show_default=True,
-    envvar="CDCTL_SIM_PORT",
-    help="TCP port on 127.0.0.1 (0 picks a free one).",
-)
-@click.option(
-    "--kubeconfig-out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="CDCTL_SIM_KUBECONFIG_OUT",
-    help="Write a kubeconfig pointing at the server to this file.",
-)
+@api_server_endpoint
 @click.option(
     "--history-window",
     type=click.IntRange(1),
@@ -55,20 +64,7 @@ def apiserver(port: int, kubeconfig_out: Path | None, history_window: int) -> No
 
 
 @sim.command("cluster")
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=6443,
-    show_default=True,
-    envvar="CDCTL_SIM_PORT",
-    help="TCP port of the API server on 127.0.0.1 (0 picks a free one).",
-)
-@click.option(
-    "--kubeconfig-out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="CDCTL_SIM_KUBECONFIG_OUT",
-    help="Write a kubeconfig pointing at the server to this file.",
-)
+@api_server_endpoint
 @click.option(
     "--work-dir",
     type=click.Path(file_okay=False, path_type=Path),
