@@ -211,13 +211,6 @@ class SqliteEventStore(EventStore):
     def head(self) -> int:
         return self._notifier.head
 
-    async def refresh_head(self) -> int:
-        """For read-only openers: pick up events other processes appended."""
-        head = int((await self.query("SELECT COALESCE(MAX(position), 0) FROM events"))[0][0])
-        if head != self._notifier.head:
-            await self._notifier.advance(head)
-        return head
-
     async def wait_beyond(self, position: int) -> int:
         return await self._notifier.wait_beyond(position)
 
