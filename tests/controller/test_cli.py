@@ -35,17 +35,6 @@ REFERENCE_FLAGS = {
 }
 
 
-@pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> list[ControllerSettings]:
-    seen: list[ControllerSettings] = []
-
-    async def fake_serve(settings: ControllerSettings) -> None:
-        seen.append(settings)
-
-    monkeypatch.setattr(cli, "serve", fake_serve)
-    return seen
-
-
 def test_every_reference_flag_exists_with_its_environment_twin() -> None:
     options = {opt: param for param in cli.controller.params for opt in param.opts}
     for flag, env in REFERENCE_FLAGS.items():
