@@ -296,11 +296,8 @@ class PluginProcess:
     async def _project_loop(self) -> None:
         """Keep claim_lifecycle and the other read models of this log current, a batch at a time (the
         short pause lets a burst of prepares share one view transaction instead of one each)."""
-        assert self.runner is not None and self.store is not None
-        while True:
-            position = await self.runner.catch_up()
-            await self.store.wait_beyond(position)
-            await asyncio.sleep(self.cfg.projection_batch_s)
+        assert self.runner is not None
+        await self.runner.run(batch_pause=self.cfg.projection_batch_s)
 
     async def _sweep_loop(self) -> None:
         assert self.state is not None

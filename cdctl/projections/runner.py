@@ -10,6 +10,7 @@ Components (plugin, controller, daemon) run one runner over their log and read `
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 
 from cdctl.domain.events import RecordedEvent
@@ -158,8 +159,13 @@ class ProjectionRunner:
                 view[key] = row
         return view
 
-    async def run(self) -> None:
-        """Follow the log until cancelled: catch up, then wait for the next commit (no polling)."""
+    async def run(self, batch_pause: float = 0.0) -> None:
+        """Follow the log until cancelled: catch up, then wait for the next commit (no polling).
+
+        `batch_pause` waits a little after each wake-up, so a burst of appends shares one view transaction.
+        """
         while True:
             position = await self.catch_up()
             await self.store.wait_beyond(position)
+            if batch_pause:
+                await asyncio.sleep(batch_pause)
