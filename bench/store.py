@@ -1,6 +1,6 @@
 """Benchmark of the event store (not a test): appends against raw sqlite3, replay fold rate, snapshot open.
 
-    python bench/store.py [--replay-events 1000000] [--dir DIR]
+    python bench/store.py [--replay-events 1000000] [--appends 2000] [--rounds 5] [--dir DIR]
 
 Prints the figures and writes bench/results/store.json. Raw sqlite3 runs with the store's pragmas
 (WAL, synchronous=FULL) and schema on the same file system, inserting the same rows, one transaction per event
@@ -21,9 +21,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from cdctl.domain import hashchain
@@ -195,6 +196,35 @@ async def snapshot_open(path: Path, snapshot_every: int) -> dict[str, float]:
     return {"project_all_s": project_s, "open_with_snapshot_s": open_s, "claim_rows": rows}
 
 
+def append_round(base: Path, index: int, n: int, nb: int) -> dict[str, float]:
+    """One paired round: raw and store back to back, so that both see the same load on the machine."""
+    print(f"appends, round {index + 1} (events/s)")
+    raw_single = timed("raw sqlite3, 1 event per commit", lambda: raw_sqlite(base / f"raw1-{index}.db", n, 1))
+    store_single = timed(
+        "store, 1 event per append", lambda: asyncio.run(store_appends(base / f"s1-{index}.db", n, 1))
+    )
+    raw_batch = timed(
+        "raw sqlite3, 100 events per commit", lambda: raw_sqlite(base / f"raw100-{index}.db", nb, 100)
+    )
+    store_batch = timed(
+        "store, 100-event batch appends",
+        lambda: asyncio.run(store_appends(base / f"s100-{index}.db", nb, 100)),
+    )
+    return {
+        "raw_single_per_s": raw_single,
+        "store_single_per_s": store_single,
+        "raw_batch100_events_per_s": raw_batch,
+        "store_batch100_events_per_s": store_batch,
+        "single_ratio": store_single / raw_single,
+        "batch_ratio": store_batch / raw_batch,
+    }
+
+
+def spread(values: Iterable[float]) -> list[float]:
+    ordered = sorted(values)
+    return [ordered[0], ordered[-1]]
+
+
 def timed(label: str, fn: Callable[[], float]) -> float:
     value = fn()
     print(f"  {label:<44} {value:>12,.0f}", flush=True)
@@ -206,7 +236,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--replay-events", type=int, default=1_000_000)
-    parser.add_argument("--appends", type=int, default=3_000, help="single-event appends to time")
+    parser.add_argument("--appends", type=int, default=2_000, help="single-event appends per round")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="paired raw/store rounds; ratios are their medians"
+    )
     parser.add_argument(
         "--dir", type=Path, default=None, help="directory for the files (default: a temp dir)"
     )
@@ -214,18 +247,11 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="cdctl-bench-", dir=args.dir))
     n, nb = args.appends, args.appends * 10
     print(f"cdctl store benchmark in {base} (python {platform.python_version()}, {os.cpu_count()} cpus)")
-    print("appends (events/s)")
-    raw_single = timed("raw sqlite3, 1 event per commit", lambda: raw_sqlite(base / "raw1.db", n, 1))
-    store_single = timed(
-        "store, 1 event per append", lambda: asyncio.run(store_appends(base / "s1.db", n, 1))
-    )
+    load_before = os.getloadavg()[0]
+    rounds = [append_round(base, r, n, nb) for r in range(args.rounds)]
     store_group = timed(
         "store, 1 event per append, 32 concurrent",
         lambda: asyncio.run(store_appends(base / "s1c.db", n, 1, concurrency=32)),
-    )
-    raw_batch = timed("raw sqlite3, 100 events per commit", lambda: raw_sqlite(base / "raw100.db", nb, 100))
-    store_batch = timed(
-        "store, 100-event batch appends", lambda: asyncio.run(store_appends(base / "s100.db", nb, 100))
     )
     print(f"replay over {args.replay_events:,} events")
     log = base / "replay.db"
@@ -246,13 +272,23 @@ def main() -> None:
             "platform": platform.platform(),
         },
         "appends": {
-            "raw_single_per_s": raw_single,
-            "store_single_per_s": store_single,
+            "rounds": rounds,
+            "raw_single_per_s": median(r["raw_single_per_s"] for r in rounds),
+            "store_single_per_s": median(r["store_single_per_s"] for r in rounds),
             "store_single_32_concurrent_per_s": store_group,
-            "raw_batch100_events_per_s": raw_batch,
-            "store_batch100_events_per_s": store_batch,
-            "single_ratio": store_single / raw_single,
-            "batch_ratio": store_batch / raw_batch,
+            "raw_batch100_events_per_s": median(r["raw_batch100_events_per_s"] for r in rounds),
+            "store_batch100_events_per_s": median(r["store_batch100_events_per_s"] for r in rounds),
+            "single_ratio": median(r["single_ratio"] for r in rounds),
+            "batch_ratio": median(r["batch_ratio"] for r in rounds),
+            "single_ratio_range": [
+                min(r["single_ratio"] for r in rounds),
+                max(r["single_ratio"] for r in rounds),
+            ],
+            "batch_ratio_range": [
+                min(r["batch_ratio"] for r in rounds),
+                max(r["batch_ratio"] for r in rounds),
+            ],
+            "load_average_before": load_before,
         },
         "replay": replay,
         "snapshot": opened,
@@ -264,7 +300,11 @@ def main() -> None:
     }
     appends = results["appends"]
     print(
-        f"ratios: single {appends['single_ratio']:.2f}, batch {appends['batch_ratio']:.2f} (target >= 0.50)"
+        f"median ratios over {len(rounds)} rounds: single {appends['single_ratio']:.2f}"
+        f" (range {appends['single_ratio_range'][0]:.2f}-{appends['single_ratio_range'][1]:.2f}),"
+        f" batch {appends['batch_ratio']:.2f}"
+        f" (range {appends['batch_ratio_range'][0]:.2f}-{appends['batch_ratio_range'][1]:.2f});"
+        " target >= 0.50"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")

@@ -95,22 +95,26 @@ class EventStore(abc.ABC):
 
 
 class HeadNotifier:
-    """Wakes waiters after each commit; the writer calls `advance`, readers `wait_beyond`."""
+    """Wakes waiters after each commit; the writer calls `advance`, readers `wait_beyond`.
+
+    `advance` is synchronous (the writer calls it once per commit, in its hot path): it swaps in a fresh
+    event and sets the old one, waking everyone who waited for a head beyond the previous one.
+    """
 
     def __init__(self, head: int = 0) -> None:
         self._head = head
-        self._changed = asyncio.Condition()
+        self._changed = asyncio.Event()
 
     @property
     def head(self) -> int:
         return self._head
 
-    async def advance(self, head: int) -> None:
-        async with self._changed:
-            self._head = head
-            self._changed.notify_all()
+    def advance(self, head: int) -> None:
+        self._head = head
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     async def wait_beyond(self, position: int) -> int:
-        async with self._changed:
-            await self._changed.wait_for(lambda: self._head > position)
-            return self._head
+        while self._head <= position:
+            await self._changed.wait()
+        return self._head

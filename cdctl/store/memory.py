@@ -32,7 +32,7 @@ class InMemoryEventStore(EventStore):
             for item in sealed:
                 self._events.append(item.event)
                 self._by_stream.setdefault(item.event.stream, []).append(item.event)
-            await self._notifier.advance(self._chain.head)
+            self._notifier.advance(self._chain.head)
             return [item.event for item in sealed]
 
     async def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]:

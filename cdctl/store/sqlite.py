@@ -136,7 +136,7 @@ class SqliteEventStore(EventStore):
             head = (
                 await self._reader.exec_driver_sql("SELECT COALESCE(MAX(position), 0) FROM events")
             ).scalar_one()
-            await self._notifier.advance(int(head))
+            self._notifier.advance(int(head))
 
     async def _migrate(self, conn: AsyncConnection) -> None:
         current = (await conn.exec_driver_sql("PRAGMA user_version")).scalar_one()

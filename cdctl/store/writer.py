@@ -34,6 +34,7 @@ _INSERT_EVENT = (
 )
 _INSERT_OBSERVED = "INSERT INTO observed_versions (uid, resource_version, position) VALUES (?, ?, ?)"
 _MAX_GROUP = 512
+_Outcome = list[SealedEvent] | Exception
 
 
 @dataclass(slots=True)
@@ -65,7 +66,7 @@ class Writer:
     async def start(self) -> None:
         self._driver = await driver_of(self._conn)
         await self._load_tip()
-        await self._notifier.advance(self._chain.head)
+        self._notifier.advance(self._chain.head)
         self._task = asyncio.create_task(self._run(), name=f"event-log-writer:{self._path}")
 
     async def stop(self) -> None:
@@ -137,6 +138,15 @@ class Writer:
             if stop:
                 return
 
+    def _needs_lookup(self, jobs: list[_Job]) -> bool:
+        """Whether sealing needs the file: a stream whose version is unknown, or an observation to dedup."""
+        versions = self._chain.versions
+        return any(
+            a.stream not in versions or any(e.observed is not None for e in a.events)
+            for job in jobs
+            for a in job.appends or ()
+        )
+
     def _prefetch(self, db: sqlite3.Connection, jobs: list[_Job]) -> set[tuple[str, str]]:
         """Load unknown stream versions and the already-recorded observations the group mentions."""
         streams = {
@@ -170,49 +180,69 @@ class Writer:
             seen.update((str(row[0]), str(row[1])) for row in rows)
         return seen
 
-    def _append_transaction(
-        self, db: sqlite3.Connection, jobs: list[_Job]
-    ) -> list[list[SealedEvent] | Exception]:
-        """On the driver's thread, under the write lock: prefetch, seal each job, insert, commit.
+    def _seal_all(self, jobs: list[_Job], seen: set[tuple[str, str]]) -> list[_Outcome]:
+        """Seal each job against the chain; a job that fails (conflict, bad input) gets its own error."""
+        now = utc_now()
+        outcomes: list[_Outcome] = []
+        for job in jobs:
+            try:
+                outcomes.append(seal(job.appends or (), self._chain, lambda u, rv: (u, rv) in seen, now))
+            except CdctlError as exc:
+                outcomes.append(exc)
+        return outcomes
 
-        A job whose seal fails (conflict, bad input) gets its exception and writes nothing; the others
-        commit together. Any database error rolls the whole group back and propagates.
+    @staticmethod
+    def _insert(db: sqlite3.Connection, outcomes: list[_Outcome]) -> None:
+        sealed = [s for outcome in outcomes if not isinstance(outcome, Exception) for s in outcome]
+        if sealed:
+            db.executemany(_INSERT_EVENT, [s.row() for s in sealed])
+            observed = [(*s.observed, s.event.position) for s in sealed if s.observed is not None]
+            if observed:
+                db.executemany(_INSERT_OBSERVED, observed)
+
+    def _append_transaction(
+        self, db: sqlite3.Connection, jobs: list[_Job], sealed: list[_Outcome] | None
+    ) -> list[_Outcome]:
+        """On the driver's thread, under the write lock: (prefetch and seal,) insert, commit.
+
+        `sealed` is None when sealing needs the file (see `_needs_lookup`); it then happens here, under
+        the lock. Any database error rolls the whole group back and propagates.
         """
         db.execute("BEGIN IMMEDIATE")
         try:
-            seen = self._prefetch(db, jobs)
-            now = utc_now()
-            outcomes: list[list[SealedEvent] | Exception] = []
-            for job in jobs:
-                try:
-                    outcomes.append(seal(job.appends or (), self._chain, lambda u, rv: (u, rv) in seen, now))
-                except CdctlError as exc:
-                    outcomes.append(exc)
-            sealed = [s for outcome in outcomes if not isinstance(outcome, Exception) for s in outcome]
-            if sealed:
-                db.executemany(_INSERT_EVENT, [s.row() for s in sealed])
-                observed = [(*s.observed, s.event.position) for s in sealed if s.observed is not None]
-                if observed:
-                    db.executemany(_INSERT_OBSERVED, observed)
+            outcomes = sealed if sealed is not None else self._seal_all(jobs, self._prefetch(db, jobs))
+            self._insert(db, outcomes)
             db.execute("COMMIT")
             return outcomes
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        finally:
-            self._chain.observed.clear()
 
     async def _commit_appends(self, jobs: list[_Job]) -> None:
+        # The common case (known streams, nothing to dedup) is sealed here on the loop, so the thread hop
+        # carries only BEGIN, INSERT and COMMIT: the same work as a bare sqlite3 writer.
+        sealed = None if self._needs_lookup(jobs) else self._seal_all(jobs, set())
+        if sealed is not None and all(isinstance(outcome, Exception) for outcome in sealed):
+            self._resolve(jobs, sealed)  # every job refused (conflicts): nothing to write
+            return
         try:
-            outcomes = await in_driver_thread(self._driver, lambda db: self._append_transaction(db, jobs))
+            outcomes = await in_driver_thread(
+                self._driver, lambda db: self._append_transaction(db, jobs, sealed)
+            )
         except Exception as exc:  # nothing committed: fail the group, and re-read the tip
             error = locked_or_failed(exc, self._path) if isinstance(exc, sqlite3.OperationalError) else exc
             _fail(jobs, error)
             self._chain.versions.clear()
             await self._load_tip()
             return
-        await self._notifier.advance(self._chain.head)
+        finally:
+            self._chain.observed.clear()
+        self._notifier.advance(self._chain.head)
+        self._resolve(jobs, outcomes)
+
+    @staticmethod
+    def _resolve(jobs: list[_Job], outcomes: list[_Outcome]) -> None:
         for job, outcome in zip(jobs, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 job.done.set_exception(outcome)
