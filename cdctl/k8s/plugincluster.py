@@ -1,13 +1,22 @@
 """The kubelet plugin's view of the cluster over the API server: implements cdctl.plugin.ports.ClusterPort.
 
-Called by the plugin's prepare path through that interface. ResourceClaims are read fresh (GET) in the
-resource.k8s.io version the cluster serves; ComputeDomains are followed by an informer indexed by UID (a
-miss re-lists once, so a domain created a moment ago is found); daemon readiness reads the domain's
-ComputeDomainClique `<uid>.<cliqueID>` in the driver namespace (gate ComputeDomainCliques; a watched copy
-that says Ready answers without a request, anything else is read fresh) and falls back to `status.nodes` of
-the ComputeDomain. The node's own label is decided on a watched copy of the Node (writes
-carry its resourceVersion, so a stale copy answers 409 and the next attempt re-reads). API errors become
-RetriableError or PermanentError here.
+Called by the plugin's prepare path through that interface. What a Prepare reads comes from watched copies
+(list+watch informers, cdctl.k8s.informer) where that is safe, so a Prepare with the readiness condition
+already met makes one request at most (the label write, when the label is missing):
+
+* ComputeDomains are followed and indexed by UID (a miss re-lists once, so a domain created a moment ago is
+  found).
+* ResourceClaims are followed too (`watch_claims`); `cached_claim` answers only for the UID the kubelet
+  asked for and the plugin decides whether that copy may be used (cdctl.plugin.driver); `get_claim` always
+  reads fresh in the resource.k8s.io version the cluster serves.
+* The node's label is decided on the watched copy of the Node: no request when it already carries the right
+  value; writes carry the copy's resourceVersion, so a stale copy answers 409 and the write re-reads
+  (cdctl.k8s.nodes). The copy written is remembered (read-your-writes).
+* Daemon readiness: the watched ComputeDomainClique `<uid>.<cliqueID>` in the driver namespace (gate
+  ComputeDomainCliques) or, without one, the watched domain's `status.nodes`, when it says Ready; anything
+  else is read fresh, so the retriable "not ready" wait re-checks on every retry.
+
+API errors become RetriableError or PermanentError here.
 """
 
 from __future__ import annotations
@@ -41,6 +50,15 @@ def domain_info(obj: JsonObject) -> DomainInfo:
     return DomainInfo(str(meta.get("uid", "")), str(meta.get("name", "")), str(meta.get("namespace", "")))
 
 
+def _uid(obj: JsonObject | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("uid", ""))
+
+
+def _node_ready(entries: list[JsonObject] | None, key: str, node: str) -> bool:
+    """Whether the list entry for `node` (daemons by nodeName, status.nodes by name) says Ready."""
+    return any(entry.get(key) == node and entry.get("status") == READY for entry in entries or [])
+
+
 async def _mapped(what: str, call: Callable[[], Awaitable[T]]) -> T:
     try:
         return await call()
@@ -51,7 +69,7 @@ async def _mapped(what: str, call: Callable[[], Awaitable[T]]) -> T:
 
 
 class KubeClusterPort:
-    """ClusterPort over the API server."""
+    """ClusterPort over the API server, with watched copies of what Prepare reads."""
 
     def __init__(
         self,
@@ -61,6 +79,7 @@ class KubeClusterPort:
         driver_namespace: str,
         node_uid: str,
         use_cliques: bool,
+        watch_claims: bool = True,
         component: str = "compute-domain-kubelet-plugin",
     ) -> None:
         self.api = api
@@ -68,22 +87,32 @@ class KubeClusterPort:
         self.driver_namespace = driver_namespace
         self.node_uid = node_uid
         self.use_cliques = use_cliques
+        self.watch_claims = watch_claims
         self.component = component
         self._domains: dict[str, DomainInfo] = {}
+        self._domain_objs: dict[str, JsonObject] = {}  # watched ComputeDomains by UID (for status.nodes)
         self._relist_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._nodes: dict[str, JsonObject] = {}  # the followed Node, newest copy seen or written
         self._cliques: dict[str, JsonObject] = {}  # watched ComputeDomainCliques of the driver namespace
+        self._claims: dict[tuple[str, str], JsonObject] = {}  # watched ResourceClaims by (namespace, name)
+        self._synced: set[str] = set()  # informers that completed a first listing
+        self._changed = asyncio.Condition()
 
-    # ---- ComputeDomain index
+    # ---- watched copies
 
     def start(self, node: str | None = None) -> None:
-        """Follow ComputeDomains, and `node` (its labels are then decided from the watched copy)."""
-        self._tasks.append(asyncio.create_task(self._follow_domains(), name="computedomain-informer"))
+        """Follow ComputeDomains, ResourceClaims (unless `watch_claims` is off), ComputeDomainCliques of the
+        driver namespace (gate on) and `node` (its label is then decided on the watched copy)."""
+        self._follow("computedomain", Informer(self.api, COMPUTE_DOMAINS), self._domain_seen)
         if node:
-            self._tasks.append(asyncio.create_task(self._follow_node(node), name="node-informer"))
+            informer = Informer(self.api, NODES, field_selector=f"metadata.name={node}")
+            self._follow("node", informer, self._node_seen)
         if self.use_cliques:
-            self._tasks.append(asyncio.create_task(self._follow_cliques(), name="clique-informer"))
+            informer = Informer(self.api, COMPUTE_DOMAIN_CLIQUES, namespace=self.driver_namespace)
+            self._follow("clique", informer, self._clique_seen)
+        if self.watch_claims:
+            self._follow("resourceclaim", Informer(self.api, self.claims), self._claim_seen)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -91,6 +120,54 @@ class KubeClusterPort:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Wait until `condition()` holds, re-checked after each watched change (tests, diagnostics)."""
+        async with self._changed:
+            await self._changed.wait_for(condition)
+
+    def synced(self, *informers: str) -> bool:
+        """Whether each named informer (computedomain, node, clique, resourceclaim) has listed once."""
+        return all(name in self._synced for name in informers)
+
+    def _follow(self, name: str, informer: Informer, seen: Callable[[Observation], None]) -> None:
+        async def run() -> None:
+            async for item in informer.observe():
+                if isinstance(item, Observation):
+                    seen(item)
+                else:
+                    self._synced.add(name)
+                async with self._changed:
+                    self._changed.notify_all()
+
+        self._tasks.append(asyncio.create_task(run(), name=f"{name}-informer"))
+
+    def _domain_seen(self, item: Observation) -> None:
+        if item.change is Change.DELETED:
+            self._domains.pop(item.uid, None)
+            self._domain_objs.pop(item.uid, None)
+        else:
+            self._domains[item.uid] = domain_info(item.obj)
+            self._domain_objs[item.uid] = item.obj
+
+    def _node_seen(self, item: Observation) -> None:
+        if item.change is not Change.DELETED:
+            self._remember_node(item.name, item.obj)
+        elif _uid(self._nodes.get(item.name)) == item.uid:  # a re-list reports a recreated node first
+            del self._nodes[item.name]
+
+    def _clique_seen(self, item: Observation) -> None:
+        if item.change is not Change.DELETED:
+            self._cliques[item.name] = item.obj
+        elif _uid(self._cliques.get(item.name)) == item.uid:
+            del self._cliques[item.name]
+
+    def _claim_seen(self, item: Observation) -> None:
+        key = (item.namespace or "", item.name)
+        if item.change is not Change.DELETED:
+            self._claims[key] = item.obj
+        elif _uid(self._claims.get(key)) == item.uid:
+            del self._claims[key]
 
     def _remember_node(self, name: str, obj: JsonObject | None) -> None:
         if obj is None:
@@ -100,37 +177,20 @@ class KubeClusterPort:
         if known is None or not is_stale(known_rv, str(obj.get("metadata", {}).get("resourceVersion", ""))):
             self._nodes[name] = obj
 
-    async def _follow_node(self, node: str) -> None:
-        informer = Informer(self.api, NODES, field_selector=f"metadata.name={node}")
-        async for item in informer.observe():
-            if isinstance(item, Observation):
-                if item.change is Change.DELETED:
-                    self._nodes.pop(node, None)
-                else:
-                    self._remember_node(node, item.obj)
-
-    async def _follow_domains(self) -> None:
-        informer = Informer(self.api, COMPUTE_DOMAINS)
-        async for item in informer.observe():
-            if isinstance(item, Observation):
-                if item.change is Change.DELETED:
-                    self._domains.pop(item.uid, None)
-                else:
-                    self._domains[item.uid] = domain_info(item.obj)
-
-    async def _follow_cliques(self) -> None:
-        informer = Informer(self.api, COMPUTE_DOMAIN_CLIQUES, namespace=self.driver_namespace)
-        async for item in informer.observe():
-            if isinstance(item, Observation):
-                if item.change is Change.DELETED:
-                    self._cliques.pop(item.name, None)
-                else:
-                    self._cliques[item.name] = item.obj
-
     async def _relist_domains(self) -> None:
         async with self._relist_lock:
             listing = await self.api.list_objects(COMPUTE_DOMAINS.collection_path())
-            self._domains = {d.uid: d for d in (domain_info(i) for i in listing.get("items") or [])}
+            items = listing.get("items") or []
+            self._domains = {d.uid: d for d in (domain_info(i) for i in items)}
+            self._domain_objs = {_uid(i): i for i in items}
+
+    def cached_domain(self, uid: str) -> DomainInfo | None:
+        """The watched ComputeDomain with this UID (no request)."""
+        return self._domains.get(uid)
+
+    def cached_node(self, name: str) -> JsonObject | None:
+        """The newest copy of the followed Node seen on the watch or written here (no request)."""
+        return self._nodes.get(name)
 
     async def get_compute_domain(self, uid: str) -> DomainInfo | None:
         if uid not in self._domains:
@@ -139,41 +199,57 @@ class KubeClusterPort:
 
     # ---- ClusterPort
 
+    def cached_claim(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        """The watched copy of the claim if it has this UID; None on a miss or another UID (no request)."""
+        obj = self._claims.get((namespace, name))
+        return obj if obj is not None and _uid(obj) == uid else None
+
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         path = self.claims.object_path(namespace, name)
         return await _mapped(f"reading ResourceClaim {namespace}/{name}", lambda: self.api.get_or_none(path))
 
     async def add_node_label(self, node: str, domain_uid: str) -> None:
-        await _mapped(f"labelling node {node}", lambda: nodes.add_domain_label(self.api, node, domain_uid))
+        known = self._nodes.get(node)
+        written = await _mapped(
+            f"labelling node {node}", lambda: nodes.add_domain_label(self.api, node, domain_uid, known)
+        )
+        self._remember_node(node, written)
 
     async def remove_node_label(self, node: str, domain_uid: str) -> None:
+        known = self._nodes.get(node)
         try:
-            await _mapped(
-                f"unlabelling node {node}", lambda: nodes.remove_domain_label(self.api, node, domain_uid)
+            written = await _mapped(
+                f"unlabelling node {node}",
+                lambda: nodes.remove_domain_label(self.api, node, domain_uid, known),
             )
         except PermanentError as exc:
             if isinstance(exc.__cause__, NotFoundError):
                 return  # the node is gone: nothing to unlabel
             raise
+        self._remember_node(node, written)
+
+    def watched_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
+        """Ready per the watched clique (gate on, a clique ID), else per the watched domain's status.nodes."""
+        if self.use_cliques and clique_id:
+            clique = self._cliques.get(f"{domain.uid}.{clique_id}") or {}
+            return _node_ready(clique.get("daemons"), "nodeName", node)
+        watched = self._domain_objs.get(domain.uid) or {}
+        return _node_ready((watched.get("status") or {}).get("nodes"), "name", node)
 
     async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
-        """Ready per the watched clique (no request), else a fresh read of the clique, else of the domain."""
+        """Ready per the watched copies (no request); anything short of Ready is read fresh: the clique,
+        else the domain. The caller's retry of "not ready" therefore re-checks both."""
+        if self.watched_ready(domain, node, clique_id):
+            return True
         if self.use_cliques and clique_id:
-            name = f"{domain.uid}.{clique_id}"
-            for daemon in self._cliques.get(name, {}).get("daemons") or []:
-                if daemon.get("nodeName") == node and daemon.get("status") == READY:
-                    return True
-            path = COMPUTE_DOMAIN_CLIQUES.object_path(self.driver_namespace, name)
+            path = COMPUTE_DOMAIN_CLIQUES.object_path(self.driver_namespace, f"{domain.uid}.{clique_id}")
             clique = await _mapped("reading ComputeDomainClique", lambda: self.api.get_or_none(path))
             for daemon in (clique or {}).get("daemons") or []:
                 if daemon.get("nodeName") == node:
                     return bool(daemon.get("status") == READY)
         cd_path = COMPUTE_DOMAINS.object_path(domain.namespace, domain.name)
         cd = await _mapped("reading ComputeDomain", lambda: self.api.get_or_none(cd_path))
-        for entry in ((cd or {}).get("status") or {}).get("nodes") or []:
-            if entry.get("name") == node:
-                return bool(entry.get("status") == READY)
-        return False
+        return _node_ready(((cd or {}).get("status") or {}).get("nodes"), "name", node)
 
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
         try:
