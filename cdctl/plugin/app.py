@@ -68,6 +68,9 @@ class PluginConfig:
     fabric_imex_mgmt_cap: str = cdi.FABRIC_IMEX_MGMT_CAP
     boot_id_path: str = BOOT_ID_PATH
     resource_api_version: str | None = None
+    # Follow every ResourceClaim (a cluster-wide watch per node) so a first Prepare reads no claim; off: a
+    # GET per Prepare, as the Go plugin does. See cdctl.k8s.plugincluster and cdctl.plugin.driver.
+    watch_claims: bool = True
     fabric_reprobe_s: float = 30.0
     resync_s: float = 60.0
     sweep_s: float = 600.0
@@ -208,7 +211,7 @@ class PluginProcess:
             raise PermanentError(str(exc)) from exc
         self.cluster = plugincluster.KubeClusterPort(
             self.api, resource_version=version, driver_namespace=cfg.namespace, node_uid=node_uid,
-            use_cliques=cfg.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES),
+            use_cliques=cfg.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES), watch_claims=cfg.watch_claims,
         )  # fmt: skip
         self.cluster.start(cfg.node_name)
         settings = PrepareSettings(

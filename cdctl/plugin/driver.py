@@ -4,7 +4,8 @@ Called by the gRPC handlers (cdctl.plugin.server) for both API versions. Claims 
 concurrently; each is retried with exponential backoff (250 ms doubling to 3 s, like the Go plugin) while its
 error is retriable and the call's budget (40 s, inside the kubelet's 45 s) lasts. A claim still failing at the
 deadline gets an error entry naming its last error (the Go plugin leaves it out of the response). Permanent
-errors end a claim's work at once. Prepare fetches the ResourceClaim itself (the kubelet sends only refs).
+errors end a claim's work at once. Prepare needs the ResourceClaim itself (the kubelet sends only refs): a
+watched copy serves when `usable_cached_claim` says it is unambiguous, else it is read fresh (a GET).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 import structlog
 
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
+from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef, parse_claim
 from cdctl.plugin.metrics import DRIVER, PluginMetrics
 from cdctl.plugin.ports import ClusterPort
@@ -42,6 +44,28 @@ class RetryPolicy:
 class PrepareOutcome:
     devices: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+
+
+def usable_cached_claim(obj: dict[str, Any], ref: ClaimRef, node: str, book: ClaimBook) -> bool:
+    """Whether a watched copy of a claim may stand in for a fresh GET in Prepare (no request).
+
+    Only for a claim this node has no record of (its first Prepare here), and only a copy that is plainly
+    the allocation being prepared: the UID the kubelet sent, not being deleted, allocated and reserved, with a
+    result of this driver in this node's pool. Everything else reads fresh: a retry, a repeated Prepare, a
+    claim this node prepared or unprepared before (its copy may predate a deallocation and a new
+    allocation), so the issue-1162 fences always decide on what the API server says.
+    """
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    if book.get(ref.uid) is not None or meta.get("uid") != ref.uid or meta.get("deletionTimestamp"):
+        return False
+    if not status.get("reservedFor"):
+        return False
+    try:
+        claim = parse_claim(obj)
+    except CdctlError:
+        return False
+    return any(r.pool == node for r in claim.own_results())
 
 
 class Driver:
@@ -107,11 +131,18 @@ class Driver:
                 log.exception(f"unexpected error {what} claim", claim=str(ref))
                 return f"error {what} devices for claim {ref}: internal error: {exc!r}"
 
+    def _cached_claim(self, ref: ClaimRef) -> dict[str, Any] | None:
+        """The watched copy of the claim when it can stand in for a fresh read, else None."""
+        obj = self.cluster.cached_claim(ref.namespace, ref.name, ref.uid)
+        if obj is None or not usable_cached_claim(obj, ref, self.state.settings.node, self.state.book):
+            return None
+        return obj
+
     async def _prepare_one(self, ref: ClaimRef) -> PrepareOutcome:
         fence = self.state.book.version(ref.uid)  # anything that ends the claim after this point fences us
 
         async def attempt() -> list[dict[str, Any]]:
-            obj = await self.cluster.get_claim(ref.namespace, ref.name)
+            obj = self._cached_claim(ref) or await self.cluster.get_claim(ref.namespace, ref.name)
             if obj is None:
                 raise RetriableError(f"ResourceClaim {ref.namespace}/{ref.name} not found", delay=0.5)
             uid = (obj.get("metadata") or {}).get("uid")

@@ -13,8 +13,12 @@ from cdctl.api.refs import DomainInfo
 
 
 class ClusterPort(Protocol):
+    def cached_claim(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        """A watched copy of the ResourceClaim if it has this UID, else None; makes no request. It may lag
+        the API server: the caller decides whether it can stand in for `get_claim`."""
+
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The ResourceClaim as JSON, or None when it does not exist."""
+        """The ResourceClaim as JSON read fresh, or None when it does not exist."""
 
     async def get_compute_domain(self, uid: str) -> DomainInfo | None:
         """The ComputeDomain with this UID (any namespace), or None when it is unknown."""

@@ -12,17 +12,28 @@ API = "resource.nvidia.com/v1beta1"
 
 
 class FakeCluster:
-    """Claims, domains, node labels, daemon readiness and node events, all in dicts."""
+    """Claims, domains, node labels, daemon readiness and node events, all in dicts.
+
+    `claims` is what the API server holds (read by `get_claim`, counted in `claim_reads`); `watched` is what
+    a watch delivered (served by `cached_claim`), which may lag it.
+    """
 
     def __init__(self) -> None:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.watched: dict[tuple[str, str], dict[str, Any]] = {}
+        self.claim_reads = 0
         self.domains: dict[str, DomainInfo] = {}
         self.labels: dict[str, str] = {}
         self.ready: set[tuple[str, str]] = set()
         self.events: list[tuple[str, str, str]] = []
         self.claim_lookup_error: Exception | None = None
 
+    def cached_claim(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        obj = self.watched.get((namespace, name))
+        return obj if obj is not None and obj["metadata"]["uid"] == uid else None
+
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.claim_reads += 1
         if self.claim_lookup_error is not None:
             raise self.claim_lookup_error
         return self.claims.get((namespace, name))

@@ -1,0 +1,115 @@
+"""Prepare's use of a watched ResourceClaim copy: served only when unambiguous, else read fresh (a GET).
+
+Driver-level, against the in-memory cluster port: `FakeCluster.watched` is what a watch delivered and may lag
+`FakeCluster.claims`, what the API server holds.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from cdctl.plugin.devices import ClaimRef
+from cdctl.plugin.driver import Driver, RetryPolicy
+from tests.plugin.conftest import Node
+from tests.plugin.fakes import channel_claim
+
+POLICY = RetryPolicy(base_s=0.001, cap_s=0.002, budget_s=5.0)
+
+
+def reserved(obj: dict[str, Any], at: str = "2026-11-21T10:00:00Z") -> dict[str, Any]:
+    """The claim as the kubelet sees it at Prepare: allocated (at `at`) and reserved for a pod."""
+    obj = copy.deepcopy(obj)
+    obj["status"]["allocation"]["allocationTimestamp"] = at
+    obj["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "pod-1"}]
+    return obj
+
+
+def ref(uid: str = "c1") -> ClaimRef:
+    return ClaimRef(uid, "default", "rc")
+
+
+async def prepare(node: Node, uid: str = "c1") -> str:
+    outcome = (await Driver(node.state, node.cluster, POLICY).prepare_resources([ref(uid)]))[uid]
+    return outcome.error
+
+
+def serve(node: Node, obj: dict[str, Any], watched: dict[str, Any] | None = None) -> None:
+    """`obj` on the API server; `watched` (default: the same) in the watch cache."""
+    key = ("default", "rc")
+    node.cluster.claims[key] = obj
+    node.cluster.watched[key] = obj if watched is None else watched
+
+
+@pytest.fixture(autouse=True)
+def ready(node: Node) -> None:
+    node.cluster.ready.add(("dom-1", "node-a"))
+
+
+async def test_a_first_prepare_uses_the_watched_copy_without_a_get(node: Node) -> None:
+    serve(node, reserved(channel_claim("c1", "dom-1")))
+    assert await prepare(node) == ""
+    assert node.cluster.claim_reads == 0
+    assert node.cluster.labels == {"node-a": "dom-1"}
+
+
+async def test_a_watched_copy_with_another_uid_falls_back_to_a_get(node: Node) -> None:
+    # the claim was deleted and recreated under the same name; the watch has not caught up
+    serve(node, reserved(channel_claim("c2", "dom-1")), watched=reserved(channel_claim("c1", "dom-1")))
+    assert await prepare(node, "c2") == ""
+    assert node.cluster.claim_reads == 1
+    rec = node.state.book.get("c2")
+    assert rec is not None and rec.completed and node.state.book.get("c1") is None
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["not reserved", "not allocated", "being deleted", "another node's pool", "missing"],
+)
+async def test_an_ambiguous_watched_copy_falls_back_to_a_get(node: Node, why: str) -> None:
+    live = reserved(channel_claim("c1", "dom-1"))
+    watched: dict[str, Any] = copy.deepcopy(live)
+    if why == "not reserved":
+        del watched["status"]["reservedFor"]
+    elif why == "not allocated":
+        del watched["status"]["allocation"]
+    elif why == "being deleted":
+        watched["metadata"]["deletionTimestamp"] = "2026-11-21T10:00:00Z"
+    elif why == "another node's pool":
+        watched["status"]["allocation"]["devices"]["results"][0]["pool"] = "node-b"
+    serve(node, live, watched)
+    if why == "missing":
+        node.cluster.watched.clear()
+    assert await prepare(node) == ""
+    assert node.cluster.claim_reads == 1
+
+
+async def test_a_retry_reads_fresh(node: Node) -> None:
+    node.cluster.ready.clear()
+    serve(node, reserved(channel_claim("c1", "dom-1")))
+    driver = Driver(node.state, node.cluster, RetryPolicy(base_s=0.001, cap_s=0.002, budget_s=0.01))
+    outcome = (await driver.prepare_resources([ref()]))["c1"]
+    assert "not ready" in outcome.error
+    attempts = node.cluster.claim_reads
+    node.cluster.ready.add(("dom-1", "node-a"))
+    assert await prepare(node) == ""  # the node now has a record of the claim: no copy stands in
+    assert node.cluster.claim_reads == attempts + 1
+
+
+async def test_a_watched_copy_of_an_unprepared_allocation_is_not_trusted(node: Node) -> None:
+    """Issue 1162 with a lagging watch: the claim was prepared, unprepared, deallocated and allocated
+    again; the watch still shows the first allocation. A new Prepare prepares what the API server has."""
+    first = reserved(channel_claim("c1", "dom-1"), at="2026-11-21T10:00:00Z")
+    serve(node, first)
+    assert await prepare(node) == ""
+    assert (await Driver(node.state, node.cluster, POLICY).unprepare_resources([ref()]))["c1"] == ""
+    second = reserved(channel_claim("c1", "dom-1"), at="2026-11-21T10:05:00Z")
+    serve(node, second, watched=first)
+    reads = node.cluster.claim_reads
+    assert await prepare(node) == ""
+    assert node.cluster.claim_reads == reads + 1
+    rec = node.state.book.get("c1")
+    assert rec is not None and rec.completed
+    assert len(rec.allocations) == 2 and rec.allocation == rec.allocations[-1] != rec.allocations[0]
