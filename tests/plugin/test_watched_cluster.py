@@ -1,0 +1,220 @@
+"""The plugin's watched copies against the simulated API server: which requests a Prepare makes, and how the
+copies follow changes (deletes, recreation, stale writes, readiness)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdctl.api.refs import COMPUTE_DOMAIN_LABEL, DomainInfo
+from cdctl.domain import claims as c
+from cdctl.k8s.plugincluster import KubeClusterPort
+from cdctl.k8s.rest import KubeApi
+from cdctl.plugin.checkpoint import ClaimBook
+from cdctl.plugin.devices import ClaimRef
+from cdctl.plugin.driver import Driver, RetryPolicy
+from cdctl.plugin.prepare import DeviceState, FabricStatus
+from cdctl.sim.server import ApiServer
+from cdctl.store import InMemoryEventStore
+from tests.plugin.conftest import CLIQUE, node_settings
+from tests.plugin.conftest import SIM_NODE as NODE
+from tests.plugin.fakes import DRIVER, opaque
+from tests.plugin.test_plugincluster import CDS, CLIQUES, make_domain, port
+
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+NODE_PATH = f"/api/v1/nodes/{NODE}"
+INFORMERS = ("computedomain", "node", "clique", "resourceclaim")
+Env = tuple[ApiServer, KubeApi, Path]
+
+
+class Requests:
+    """Records (method, path) of each request sent through `api` (watch streams excepted) while recording."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.on = False
+        self.seen: list[tuple[str, str]] = []
+        inner = api.request
+
+        async def recorded(method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+            if self.on:
+                self.seen.append((method, path))
+            return await inner(method, path, **kwargs)
+
+        api.request = recorded  # type: ignore[method-assign]
+
+    @contextlib.asynccontextmanager
+    async def recording(self) -> AsyncIterator[None]:
+        self.on = True
+        try:
+            yield
+        finally:
+            self.on = False
+
+    def take(self) -> list[tuple[str, str]]:
+        seen, self.seen = self.seen, []
+        return seen
+
+
+async def make_claim(api: KubeApi, name: str, domain_uid: str) -> str:
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "channel", "exactly": {"deviceClassName": "x"}}]}},
+    }
+    claim = await api.create(CLAIMS, body)
+    claim["status"] = {
+        "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": f"{name}-pod-uid"}],
+        "allocation": {
+            "devices": {
+                "results": [{"request": "channel", "driver": DRIVER, "pool": NODE, "device": "channel-0"}],
+                "config": [opaque("ComputeDomainChannelConfig", domain_uid, ["channel"])],
+            }
+        },
+    }
+    await api.replace(f"{CLAIMS}/{name}/status", claim)
+    return str(claim["metadata"]["uid"])
+
+
+async def put_clique(api: KubeApi, domain: DomainInfo, status: str) -> None:
+    name = f"{domain.uid}.{CLIQUE}"
+    daemons = [{"nodeName": NODE, "ipAddress": "10.0.0.1", "cliqueID": CLIQUE, "index": 0, "status": status}]
+    existing = await api.get_or_none(f"{CLIQUES}/{name}")
+    if existing is None:
+        body = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainClique"}
+        await api.create(CLIQUES, {**body, "metadata": {"name": name}, "daemons": daemons})
+    else:
+        await api.replace(f"{CLIQUES}/{name}", {**existing, "daemons": daemons})
+
+
+def allocated(cluster: KubeClusterPort, uid: str) -> bool:
+    """Whether the watch has delivered the claim's allocation (its creation alone is not enough)."""
+    return "allocation" in ((cluster.cached_claim("default", "rc", uid) or {}).get("status") or {})
+
+
+def cached_label(cluster: KubeClusterPort) -> str | None:
+    labels = ((cluster.cached_node(NODE) or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(COMPUTE_DOMAIN_LABEL)
+
+
+async def live_label(api: KubeApi) -> str | None:
+    return ((await api.get(NODE_PATH))["metadata"].get("labels") or {}).get(COMPUTE_DOMAIN_LABEL)
+
+
+@pytest.fixture
+async def watched(env: Env) -> AsyncIterator[tuple[KubeApi, KubeClusterPort, Requests]]:
+    _, api, _ = env
+    requests = Requests(api)
+    cluster = port(api)
+    cluster.start(NODE)
+    await cluster.until(lambda: cluster.synced(*INFORMERS))
+    try:
+        yield api, cluster, requests
+    finally:
+        await cluster.close()
+
+
+async def driver_for(cluster: KubeClusterPort, tmp: Path, policy: RetryPolicy | None = None) -> Driver:
+    store = InMemoryEventStore()
+    book = await ClaimBook.load(store, NODE)
+    state = DeviceState(node_settings(tmp), book, cluster, FabricStatus(clique_id=CLIQUE))
+    return Driver(state, cluster, policy)
+
+
+async def test_prepare_with_readiness_met_only_writes_the_label(
+    watched: tuple[KubeApi, KubeClusterPort, Requests], tmp_path: Path
+) -> None:
+    api, cluster, requests = watched
+    domain = await make_domain(api)
+    await put_clique(api, domain, "Ready")
+    uid = await make_claim(api, "rc", domain.uid)
+    await cluster.until(lambda: cluster.watched_ready(domain, NODE, CLIQUE) and allocated(cluster, uid))
+    driver = await driver_for(cluster, tmp_path)
+    ref = ClaimRef(uid, "default", "rc")
+    async with requests.recording():
+        assert (await driver.prepare_resources([ref]))[uid].error == ""
+    assert requests.take() == [("PATCH", NODE_PATH)]  # no ResourceClaim, ComputeDomain, clique or Node GET
+    assert await live_label(api) == domain.uid
+    async with requests.recording():
+        assert (await driver.unprepare_resources([ref]))[uid] == ""
+    assert requests.take() == [("PATCH", NODE_PATH)]
+    assert await live_label(api) is None
+
+
+async def test_a_label_already_on_the_watched_node_is_not_written_again(
+    watched: tuple[KubeApi, KubeClusterPort, Requests],
+) -> None:
+    api, cluster, requests = watched
+    await api.merge_patch(NODE_PATH, {"metadata": {"labels": {COMPUTE_DOMAIN_LABEL: "dom-1"}}})
+    await cluster.until(lambda: cached_label(cluster) == "dom-1")
+    async with requests.recording():
+        await cluster.add_node_label(NODE, "dom-1")
+        await cluster.remove_node_label(NODE, "dom-2")  # not this domain's label: nothing to do
+    assert requests.take() == []
+    async with requests.recording():
+        await cluster.remove_node_label(NODE, "dom-1")
+        await cluster.remove_node_label(NODE, "dom-1")  # the copy written is remembered: no second request
+    assert requests.take() == [("PATCH", NODE_PATH)]
+    assert await live_label(api) is None
+
+
+async def test_a_stale_node_copy_is_re_read_on_conflict(
+    watched: tuple[KubeApi, KubeClusterPort, Requests],
+) -> None:
+    api, cluster, requests = watched
+    await cluster.add_node_label(NODE, "dom-1")
+    await cluster.close()  # the copy stops following: everything below makes it stale
+    await api.merge_patch(NODE_PATH, {"metadata": {"labels": {"other": "x"}}})
+    await api.merge_patch(NODE_PATH, {"metadata": {"labels": {COMPUTE_DOMAIN_LABEL: None}}})
+    async with requests.recording():
+        await cluster.add_node_label(NODE, "dom-2")  # the copy says dom-1: a conflict is confirmed fresh
+    assert requests.take() == [("GET", NODE_PATH), ("PATCH", NODE_PATH)]
+    assert await live_label(api) == "dom-2"
+    await api.merge_patch(NODE_PATH, {"metadata": {"labels": {"other": "y"}}})
+    async with requests.recording():
+        await cluster.remove_node_label(NODE, "dom-2")  # written with a stale resourceVersion: 409, re-read
+    assert requests.take() == [("PATCH", NODE_PATH), ("GET", NODE_PATH), ("PATCH", NODE_PATH)]
+    assert await live_label(api) is None
+
+
+async def test_the_watched_copies_follow_deletes_and_recreation(
+    watched: tuple[KubeApi, KubeClusterPort, Requests],
+) -> None:
+    api, cluster, _ = watched
+    domain = await make_domain(api)
+    first = await make_claim(api, "rc", domain.uid)
+    await cluster.until(lambda: cluster.cached_claim("default", "rc", first) is not None)
+    assert cluster.cached_domain(domain.uid) == domain
+    await api.delete(f"{CLAIMS}/rc")
+    await cluster.until(lambda: cluster.cached_claim("default", "rc", first) is None)
+    second = await make_claim(api, "rc", domain.uid)  # same name, new UID
+    await cluster.until(lambda: cluster.cached_claim("default", "rc", second) is not None)
+    assert cluster.cached_claim("default", "rc", first) is None
+    await api.delete(f"{CDS}/{domain.name}")
+    await cluster.until(lambda: cluster.cached_domain(domain.uid) is None)
+
+
+async def test_a_not_ready_daemon_is_retried_until_the_watch_says_ready(
+    watched: tuple[KubeApi, KubeClusterPort, Requests], tmp_path: Path
+) -> None:
+    api, cluster, requests = watched
+    domain = await make_domain(api)
+    await put_clique(api, domain, "NotReady")
+    uid = await make_claim(api, "rc", domain.uid)
+    await cluster.until(lambda: allocated(cluster, uid))
+    driver = await driver_for(cluster, tmp_path, RetryPolicy(base_s=0.01, cap_s=0.02, budget_s=30.0))
+    book = driver.state.book
+    preparing = asyncio.create_task(driver.prepare_resources([ClaimRef(uid, "default", "rc")]))
+    while (rec := book.get(uid)) is None or rec.state is not c.ClaimState.PREPARE_FAILED:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)  # until the first attempt found the daemon not ready
+    assert "not ready" in rec.last_error
+    await put_clique(api, domain, "Ready")
+    await cluster.until(lambda: cluster.watched_ready(domain, NODE, CLIQUE))
+    async with requests.recording():
+        assert (await preparing)[uid].error == ""
+    assert ("GET", f"{CLIQUES}/{domain.uid}.{CLIQUE}") not in requests.take()  # the retry read the watch
