@@ -9,15 +9,13 @@ Slots the daemon maps to the unused-slot address (cdctl.domain.imex.DEFAULT_UNUS
 are UNUSED and do not hold readiness back.
 Peers find each other through files in one registry directory on this machine (`CDCTL_FAKE_IMEX_DIR`); names
 resolve through `CDCTL_FAKE_IMEX_HOSTS` (default /etc/hosts). `install_executables(bin_dir)` writes the two
-commands under their real names, for a PATH the cdctl daemon finds them on; they run this file as a bare
-script (`python -S -I`, standard library only), since every daemon probe starts one. Used by the rack and the
-tests.
+commands under their real names, for a PATH the cdctl daemon finds them on: `nvidia-imex` runs this file as
+a bare script (`python -S -I`, standard library only), and `nvidia-imex-ctl`, which every daemon probe
+starts, is the shell twin of `ctl` in cdctl.sim.fakeimexctl. Used by the rack and the tests.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import signal
 import sys
@@ -112,7 +110,9 @@ def _is_address(text: str) -> bool:
 
 
 class Registry:
-    """One file per running fake daemon, named after its address; liveness is the recorded pid."""
+    """One file per running fake daemon, named after its address: its pid, its address, then its node
+    list, one line each (the shell `nvidia-imex-ctl` of cdctl.sim.fakeimexctl reads the same). Liveness is
+    the pid."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -122,31 +122,37 @@ class Registry:
         return cls(Path(os.environ.get(REGISTRY_ENV, DEFAULT_REGISTRY)))
 
     def _file(self, address: str) -> Path:
-        return self.directory / f"{hashlib.sha256(address.encode()).hexdigest()[:16]}.json"
+        return self.directory / address.replace("/", "_")
 
     def register(self, address: str, nodes: list[str]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         target = self._file(address)
-        temporary = target.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"address": address, "pid": os.getpid(), "nodes": nodes}))
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        temporary.write_text("".join(f"{line}\n" for line in [str(os.getpid()), address, *nodes]))
         temporary.replace(target)
 
-    def unregister(self, address: str) -> None:
-        target = self._file(address)
+    def _read(self, address: str) -> dict[str, Any] | None:
         try:
-            if json.loads(target.read_text()).get("pid") == os.getpid():
-                target.unlink()
+            pid, recorded, *nodes = self._file(address).read_text().splitlines()
+            return {"pid": int(pid), "address": recorded, "nodes": [n for n in nodes if n]}
         except (OSError, ValueError):
-            pass
+            return None
+
+    def unregister(self, address: str) -> None:
+        entry = self._read(address)
+        if entry is not None and entry["pid"] == os.getpid():
+            self._file(address).unlink(missing_ok=True)
 
     def entry(self, address: str) -> dict[str, Any] | None:
         """The registration of a live daemon at `address`, if any."""
-        try:
-            entry = json.loads(self._file(address).read_text())
-            os.kill(int(entry["pid"]), 0)
-        except (OSError, ValueError, KeyError, TypeError):
+        entry = self._read(address)
+        if entry is None:
             return None
-        return dict(entry)
+        try:
+            os.kill(entry["pid"], 0)
+        except OSError:
+            return None
+        return entry
 
 
 def peer_states(config: ImexConfig, registry: Registry, hosts: dict[str, str]) -> dict[str, str] | None:
@@ -231,12 +237,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def install_executables(bin_dir: Path, python: str = sys.executable) -> dict[str, Path]:
-    """Write `nvidia-imex` and `nvidia-imex-ctl` into `bin_dir` (for PATH); returns name -> path."""
+    """Write `nvidia-imex` and `nvidia-imex-ctl` into `bin_dir` (for PATH); returns name -> path.
+
+    `nvidia-imex` runs this file as a bare script; `nvidia-imex-ctl` is the shell script of
+    cdctl.sim.fakeimexctl (the same answers, for a millisecond of CPU instead of an interpreter's start)."""
+    from cdctl.sim.fakeimexctl import script  # here: the bare script (python -S -I) cannot import cdctl
+
     bin_dir.mkdir(parents=True, exist_ok=True)
+    texts = {
+        "nvidia-imex": f'#!/bin/sh\nexec "{python}" -S -I "{Path(__file__).resolve()}" imex "$@"\n',
+        "nvidia-imex-ctl": script(UNUSED_SLOT_ADDRESS),
+    }
     installed = {}
-    for name, tool in EXECUTABLES.items():
+    for name, text in texts.items():
         path = bin_dir / name
-        path.write_text(f'#!/bin/sh\nexec "{python}" -S -I "{Path(__file__).resolve()}" {tool} "$@"\n')
+        path.write_text(text)
         path.chmod(0o755)
         installed[name] = path
     return installed

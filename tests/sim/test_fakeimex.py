@@ -1,10 +1,14 @@
-"""The fake nvidia-imex / nvidia-imex-ctl executables: config and node list reading, peers, readiness."""
+"""The fake nvidia-imex / nvidia-imex-ctl executables: config and node list reading, peers, readiness.
+
+Every test runs twice: with the installed shell `nvidia-imex-ctl` (cdctl.sim.fakeimexctl) and with the
+Python `ctl` of cdctl.sim.fakeimex in its place, so that the two answer alike."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -40,10 +44,15 @@ def _write_slot_hosts(path: Path) -> None:
     path.write_text("10.0.0.1\tslot-0\n192.0.2.1\tslot-1\n10.0.0.3\tslot-2\n")
 
 
-@pytest.fixture
-def imex_env(tmp_path: Path) -> dict[str, str]:
+@pytest.fixture(params=["sh", "python"])
+def imex_env(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
-    install_executables(bin_dir)
+    installed = install_executables(bin_dir)
+    if request.param == "python":
+        script = Path(fakeimex.__file__).resolve()
+        installed["nvidia-imex-ctl"].write_text(
+            f'#!/bin/sh\nexec "{sys.executable}" -S -I "{script}" ctl "$@"\n'
+        )
     env = dict(os.environ)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["CDCTL_FAKE_IMEX_DIR"] = str(tmp_path / "registry")
@@ -142,6 +151,18 @@ async def test_sigusr1_rereads_the_node_list(
     async with asyncio.timeout(30):
         assert b"re-read" in await process.stderr.readline()
     assert await _query(imex_env, config, "-q") == (0, "NOT_READY\n")
+
+
+async def test_an_unreadable_config_or_a_bad_argument_is_an_error(
+    tmp_path: Path, imex_env: dict[str, str]
+) -> None:
+    code, output = await _query(imex_env, tmp_path / "missing.cfg", "-q")
+    assert (code, output) == (
+        2,
+        f"error: cannot read IMEX config {tmp_path / 'missing.cfg'}: No such file or directory\n",
+    )
+    config = _write_config(tmp_path / "a", "10.0.0.1", ["10.0.0.1"])
+    assert await _query(imex_env, config, "--bogus") == (2, "error: unknown argument '--bogus'\n")
 
 
 async def test_missing_node_file_setting_is_an_error(tmp_path: Path, imex_env: dict[str, str]) -> None:
