@@ -81,6 +81,7 @@ class DaemonPodRuntime(ProcessRuntime):
         """Stop every daemon still running (the rack is going away)."""
         for uid in list(self.running):
             running = self.running[uid]
+            await self._stop_prober(running)
             with contextlib.suppress(ProcessLookupError):
                 if running.process.returncode is None:
                     running.process.terminate()

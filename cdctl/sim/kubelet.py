@@ -38,6 +38,7 @@ from cdctl.sim.objectmeta import now_rfc3339
 from cdctl.sim.pluginwatcher import PluginWatcher, RegisteredPlugin
 from cdctl.sim.podstatus import running_status, with_addresses
 from cdctl.sim.store import ObjectStore
+from cdctl.sim.watch import Watcher, WatchEvent
 
 log = logging.getLogger(__name__)
 PREPARE_TIMEOUT_S = 45.0
@@ -127,6 +128,7 @@ class SimKubelet:
         self._retry_at: dict[str, float] = {}
         self._deregistered_at: dict[str, float] = {}
         self._starting: dict[str, asyncio.Task[None]] = {}  # pod uid -> its start, in the running kubelet
+        self._wake: Watcher | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def register_node(self) -> None:
@@ -176,6 +178,7 @@ class SimKubelet:
         # Woken by what concerns this node (its pods and slices, claims allocated on it), else every tick:
         # on a big rack every kubelet waking on every write of the cluster was most of the work.
         watcher = self.store.watch(None, matches=self._concerns_this_node, droppable=False)
+        self._wake = watcher
         try:
             while True:
                 try:
@@ -190,7 +193,13 @@ class SimKubelet:
                 while not watcher.queue.empty():
                     watcher.queue.get_nowait()
         finally:
+            self._wake = None
             self.store.hub.release(watcher)
+
+    def poke(self) -> None:
+        """Run a pass soon (the runtime's probes changed a pod's readiness), as a watch event would."""
+        if self._wake is not None:
+            self._wake.queue.put_nowait(WatchEvent("POKED", {}, PODS))
 
     def _concerns_this_node(self, obj: Mapping[str, Any]) -> bool:
         if (obj.get("spec") or {}).get("nodeName") == self.node_name:

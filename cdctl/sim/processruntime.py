@@ -3,10 +3,16 @@
 The simulated kubelet (cdctl.sim.kubelet) hands it every pod whose claims are prepared. For pods `selects`
 accepts, it starts the container's `command` + `args` with the environment a container would see: the
 container's `env` (values and the downward-API fieldRefs metadata.name/namespace/uid, spec.nodeName,
-status.podIP/hostIP) plus the CDI edits of the pod's devices (cdctl.sim.cdiresolver). Readiness is the
-container's `readinessProbe.exec` command run with that environment (at most once per `probe_period_s`), else
-"the process is alive"; an exited process is restarted unless `restartPolicy` is Never. Stop sends SIGTERM.
-Other pods are Ready at once. Output goes to `<log_dir>/<namespace>_<pod>.log`. Used by the rack launcher.
+status.podIP/hostIP) plus the CDI edits of the pod's devices (cdctl.sim.cdiresolver). Probes run as the
+kubelet's probe workers do, one task per running container: the `startupProbe.exec` command from
+`initialDelaySeconds`, every `periodSeconds`, until it passes (its failureThreshold, 20 minutes for the IMEX
+daemon, is not enforced); then at once the `readinessProbe.exec` command (the kubelet triggers it when the
+startup probe succeeds) and every `periodSeconds` after, Ready flipping after `successThreshold` passes or
+`failureThreshold` failures in a row. Without a readiness probe the container is Ready once started. Each
+change of readiness is handed to `on_change` (the rack wakes the node's kubelet, which writes the pod status);
+`probe_period_s`, when set, replaces every period (tests). An exited process is restarted (probes start over)
+unless `restartPolicy` is Never. Stop sends SIGTERM. Other pods are Ready at once. Output goes to
+`<log_dir>/<namespace>_<pod>.log`. Used by the rack launcher.
 """
 
 from __future__ import annotations
@@ -42,13 +48,39 @@ def container_env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, s
     return env
 
 
+@dataclass(frozen=True)
+class ExecProbe:
+    """One exec probe of a container spec, with the kubelet's defaults."""
+
+    command: list[str]
+    initial_delay_s: float = 0.0
+    period_s: float = 10.0
+    success_threshold: int = 1
+    failure_threshold: int = 3
+
+    @classmethod
+    def of(cls, container: dict[str, Any], kind: str) -> ExecProbe | None:
+        probe = container.get(kind) or {}
+        command = (probe.get("exec") or {}).get("command")
+        if not command:
+            return None
+        return cls(
+            [str(a) for a in command],
+            float(probe.get("initialDelaySeconds") or 0),
+            float(probe.get("periodSeconds") or 10),
+            int(probe.get("successThreshold") or 1),
+            int(probe.get("failureThreshold") or 3),
+        )
+
+
 @dataclass
 class _Running:
     process: asyncio.subprocess.Process
     env: dict[str, str]
     restarts: int = 0
-    probed_at: float = 0.0
     ready: bool = False
+    started: bool = False  # the startup probe passed (or there is none)
+    prober: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -57,7 +89,8 @@ class ProcessRuntime:
     cdi_dirs: Callable[[str], list[Path]]  # node name -> that node's CDI spec directories
     log_dir: Path
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    probe_period_s: float = 1.0
+    probe_period_s: float | None = None  # None: each probe's periodSeconds
+    on_change: Callable[[dict[str, Any]], None] | None = None  # a running pod's readiness changed
     running: dict[str, _Running] = field(default_factory=dict)  # by pod uid
 
     @staticmethod
@@ -85,7 +118,9 @@ class ProcessRuntime:
         env.update(resolve(self.cdi_dirs(node), cdi_devices).env)
         env.update(container_env(pod, self._container(pod)))
         process = await self._spawn(pod, env)
-        self.running[pod["metadata"]["uid"]] = _Running(process, env)
+        running = _Running(process, env)
+        self.running[pod["metadata"]["uid"]] = running
+        self._start_prober(pod, running)
         log.info(
             "simulated runtime: started %s/%s as pid %d",
             pod["metadata"]["namespace"],
@@ -94,6 +129,7 @@ class ProcessRuntime:
         )
 
     async def ready(self, pod: dict[str, Any]) -> bool:
+        """What the probes last said (restarting an exited container first, unless restartPolicy Never)."""
         if not self.selects(pod):
             return True
         running = self.running.get(pod["metadata"]["uid"])
@@ -102,18 +138,70 @@ class ProcessRuntime:
         if running.process.returncode is not None:
             if (pod.get("spec") or {}).get("restartPolicy") == "Never":
                 return False
+            await self._stop_prober(running)
             running.process = await self._spawn(pod, running.env)
             running.restarts += 1
-            running.ready = False
-        if time.monotonic() - running.probed_at < self.probe_period_s:
-            return running.ready
-        running.probed_at = time.monotonic()
-        probe = ((self._container(pod).get("readinessProbe") or {}).get("exec") or {}).get("command")
-        if not probe:
-            running.ready = True
-            return True
-        running.ready = await self._probe([str(a) for a in probe], running.env)
+            running.ready = running.started = False
+            self._start_prober(pod, running)
         return running.ready
+
+    # ---- probe workers ---------------------------------------------------------------------------------
+    def _start_prober(self, pod: dict[str, Any], running: _Running) -> None:
+        container = self._container(pod)
+        if not any(ExecProbe.of(container, kind) for kind in ("startupProbe", "readinessProbe")):
+            running.started = running.ready = True  # no probes: Ready once started
+            return
+        name = f"probes {pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        running.prober = asyncio.create_task(self._probe_container(pod, running), name=name)
+
+    @staticmethod
+    async def _stop_prober(running: _Running) -> None:
+        task, running.prober = running.prober, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def _period(self, probe: ExecProbe) -> float:
+        return max(0.01, probe.period_s if self.probe_period_s is None else self.probe_period_s)
+
+    async def _passes(self, probe: ExecProbe, running: _Running) -> bool:
+        try:
+            return await self._probe(probe.command, running.env)
+        except OSError as error:  # the probe's command cannot start: a failed probe, as for the kubelet
+            log.warning("simulated runtime: probe %s failed to start: %s", probe.command, error)
+            return False
+
+    def _set_ready(self, pod: dict[str, Any], running: _Running, ready: bool) -> None:
+        if ready != running.ready:
+            running.ready = ready
+            if self.on_change is not None:
+                self.on_change(pod)
+
+    async def _probe_container(self, pod: dict[str, Any], running: _Running) -> None:
+        container = self._container(pod)
+        startup = ExecProbe.of(container, "startupProbe")
+        readiness = ExecProbe.of(container, "readinessProbe")
+        began = time.monotonic()
+        if startup is not None:
+            await asyncio.sleep(startup.initial_delay_s)
+            while not await self._passes(startup, running):  # noqa: ASYNC110 - a probe period, as kubelet
+                await asyncio.sleep(self._period(startup))
+        running.started = True
+        if readiness is None:
+            self._set_ready(pod, running, True)
+            return
+        await asyncio.sleep(max(0.0, readiness.initial_delay_s - (time.monotonic() - began)))
+        passes = fails = 0
+        while True:
+            if await self._passes(readiness, running):
+                passes, fails = passes + 1, 0
+                if passes >= readiness.success_threshold:
+                    self._set_ready(pod, running, True)
+            else:
+                passes, fails = 0, fails + 1
+                if fails >= readiness.failure_threshold:
+                    self._set_ready(pod, running, False)
+            await asyncio.sleep(self._period(readiness))
 
     async def _probe(self, command: list[str], env: dict[str, str]) -> bool:
         """Run one exec probe; it passes when the command exits 0."""
@@ -124,7 +212,10 @@ class ProcessRuntime:
 
     async def stop(self, pod: dict[str, Any]) -> None:
         running = self.running.pop(pod["metadata"]["uid"], None)
-        if running is None or running.process.returncode is not None:
+        if running is None:
+            return
+        await self._stop_prober(running)
+        if running.process.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError):
             running.process.send_signal(signal.SIGTERM)

@@ -70,7 +70,7 @@ class RackSettings:
     mode: str = DRIVER_MANAGED
     driver_namespace: str = DRIVER_NAMESPACE
     start_timeout_s: float = 120.0
-    probe_period_s: float = 2.0  # the daemons' `cdctl daemon check` (each also runs a fake nvidia-imex-ctl)
+    probe_period_s: float | None = None  # None: the daemon pods' probe periods (startup 1 s, readiness 10 s)
     fork_server: bool = True  # start cdctl processes from a warm fork server (cdctl.sim.forkserver)
     rack_domains_namespace: str = ""  # non-empty: `cdctl controller --rack-domains` keeps its domains here
 
@@ -112,6 +112,7 @@ class Rack:
         # Each kubelet also passes every tick (probes, retries); on a big rack that adds up in this process.
         tick_s = max(KUBELET_TICK_S, len(self.topology.nodes) / NODES_PER_KUBELET_TICK_S)
         self.cluster = SimCluster(self.work_dir, self.topology, runtime=self.runtime, kubelet_tick_s=tick_s)
+        self.runtime.on_change = self._readiness_changed
         self.store = self.cluster.store
         serve_jobs(self.store)
         jobs = JobController(self.store)
@@ -134,6 +135,11 @@ class Rack:
 
     def daemon_dbs(self) -> list[Path]:
         return sorted(self.runtime.db_dir.glob("*.db"))
+
+    def _readiness_changed(self, pod: dict[str, Any]) -> None:
+        kubelet = self.cluster.kubelets.get(str((pod.get("spec") or {}).get("nodeName", "")))
+        if kubelet is not None:
+            kubelet.poke()
 
     def _is_daemon_pod(self, pod: dict[str, Any]) -> bool:
         return not self.settings.host_managed and self.runtime.is_daemon_pod(pod)

@@ -105,7 +105,7 @@ async def test_pod_process_sees_cdi_env_and_becomes_ready_when_its_probe_passes(
         selects=lambda pod: True,
         cdi_dirs=lambda node: [cdi_dir],
         log_dir=socket_root / "logs",
-        probe_period_s=0.0,
+        probe_period_s=0.05,
     )
     kubelet = SimKubelet(store, NODE, socket_root / "registry", runtime=runtime)
     kubelet.register_node()
@@ -129,8 +129,10 @@ async def test_pod_process_sees_cdi_env_and_becomes_ready_when_its_probe_passes(
             pod_ip = get(store, "", "pods", "worker")["status"]["podIP"]
             assert dump.read_text() == f"from-cdi {pod_ip}"
             marker.write_text("ok")
-            await kubelet.sync()
-            assert _ready(store) == "True"
+            async with asyncio.timeout(20):
+                while _ready(store) != "True":  # the probe worker passes, the next pass writes it
+                    await asyncio.sleep(0.05)
+                    await kubelet.sync()
             process = runtime.running[pod["metadata"]["uid"]].process
             store.delete(store.type_of("", "pods"), "default", "worker")
             await kubelet.sync()
@@ -161,4 +163,47 @@ async def test_an_exited_process_is_restarted_unless_restart_policy_is_never(tmp
     assert await runtime.ready(pods[1]) is False
     assert runtime.running["never"].restarts == 0
     for pod in pods:
+        await runtime.stop(pod)
+
+
+async def test_readiness_is_probed_only_once_the_startup_probe_passed(tmp_path: Path) -> None:
+    started, readiness_runs = tmp_path / "started", tmp_path / "readiness-runs"
+    changes: list[str] = []
+    runtime = ProcessRuntime(
+        selects=lambda pod: True,
+        cdi_dirs=lambda node: [],
+        log_dir=tmp_path,
+        on_change=lambda pod: changes.append(pod["metadata"]["name"]),
+    )
+    probe = {"periodSeconds": 1, "failureThreshold": 1}
+    pod = {
+        "metadata": {"name": "daemon", "namespace": "default", "uid": "d"},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [
+                {
+                    "name": "c",
+                    "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+                    "startupProbe": {"exec": {"command": ["test", "-f", str(started)]}, **probe},
+                    "readinessProbe": {
+                        "exec": {"command": ["sh", "-c", f"echo run >> {readiness_runs}"]},
+                        **probe,
+                        "periodSeconds": 3600,
+                    },
+                }
+            ],
+        },
+    }
+    await runtime.start(pod, [])
+    try:
+        await asyncio.sleep(0.3)
+        assert await runtime.ready(pod) is False
+        assert not readiness_runs.exists(), "no readiness probe before the startup probe passed"
+        started.write_text("")
+        async with asyncio.timeout(20):
+            while not await runtime.ready(pod):  # noqa: ASYNC110 - the probe worker decides
+                await asyncio.sleep(0.05)
+        assert changes == ["daemon"], "one change handed on: not ready -> ready"
+        assert readiness_runs.read_text() == "run\n", "readiness probed at once when startup passed"
+    finally:
         await runtime.stop(pod)
