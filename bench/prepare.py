@@ -1,26 +1,29 @@
 """Prepare/Unprepare latency of the kubelet plugin through its unix socket (p50/p99 over N claims).
 
-Runs the real plugin pieces (gRPC server, prepare path, SQLite event log, CDI writer, Kubernetes adapter)
-against the simulated API server on loopback (`cdctl sim apiserver`, a separate process like a real one),
-with the readiness condition already met (the domain's clique lists this node's daemon as Ready). Each claim
-is prepared and then unprepared, one after the other (a node has one channel-0). Runs with the event log on
-tmpfs (/dev/shm) and on disk; then the prepare path alone (no gRPC, no API server: an in-process cluster
-port with readiness met) to separate the plugin's own cost. The projection runner follows the log as in the
-plugin process. Prints the figures and writes bench/results/prepare-<UTC time>.json (with the machine's load
-average, since other work on the same cores skews p99).
+Runs the real plugin pieces (gRPC server, prepare path, SQLite event log, CDI writer, Kubernetes adapter
+with its informers) against the simulated API server on loopback (`cdctl sim apiserver`, a separate process
+like a real one), with the readiness condition already met (the domain's clique lists this node's daemon as
+Ready) and the informers listed. Each claim is allocated to this node and reserved; it is prepared and then
+unprepared, one after the other (a node has one channel-0). Runs with the event log on tmpfs (/dev/shm) and
+on disk, counting the API requests each call makes; then the prepare path alone (no gRPC, no API server: an
+in-process cluster port with readiness met) to separate the plugin's own cost. The projection runner follows
+the log as in the plugin process. Prints the figures and writes bench/results/prepare-<UTC time>.json (with
+the machine's load average, since other work on the same cores skews p99).
 
-    .venv/bin/python bench/prepare.py [--claims 1000]
+    .venv/bin/python bench/prepare.py [--claims 1000] [--no-watch-claims]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import logging
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -54,6 +57,7 @@ CLIQUE = "6a130f54-faaa-4b8f-847f-be44ab70f917.32766"
 DRIVER = "compute-domain.nvidia.com"
 PROC_DEVICES = "Character devices:\n234 nvidia-caps-imex-channels\n235 nvidia-caps\n\nBlock devices:\n"
 RESULTS = Path(__file__).resolve().parent / "results"
+INFORMERS = ("computedomain", "node", "clique", "resourceclaim")
 
 
 async def seed(api: KubeApi, claims: int) -> str:
@@ -98,6 +102,7 @@ async def seed(api: KubeApi, claims: int) -> str:
             },
         )
         claim["status"] = {
+            "reservedFor": [{"resource": "pods", "name": f"p{i}", "uid": f"pod-uid-{i}"}],
             "allocation": {
                 "devices": {
                     "results": [
@@ -111,7 +116,7 @@ async def seed(api: KubeApi, claims: int) -> str:
                         }
                     ],
                 }
-            }
+            },
         }
         await api.replace(f"{path}/c{i}/status", claim)
     return uid
@@ -135,6 +140,25 @@ async def sim_apiserver(kubeconfig: Path) -> AsyncIterator[Path]:
         await proc.wait()
 
 
+class RequestCounter:
+    """Counts the API requests (method and path, claim names folded) made while `phase` is set."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.phase = ""
+        self.counts: collections.Counter[str] = collections.Counter()
+        inner = api.request
+
+        async def counted(method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+            if self.phase:
+                self.counts[f"{self.phase} {method} {re.sub(r'/c[0-9]+$', '/c<i>', path)}"] += 1
+            return await inner(method, path, **kwargs)
+
+        api.request = counted  # type: ignore[method-assign]
+
+    def per_call(self, calls: int) -> dict[str, float]:
+        return {key: count / calls for key, count in sorted(self.counts.items())}
+
+
 async def follow(runner: ProjectionRunner, store: SqliteEventStore) -> None:
     while True:
         position = await runner.catch_up()
@@ -147,7 +171,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def run(log_dir: Path, claims: int) -> dict[str, Any]:
+async def run(log_dir: Path, claims: int, watch_claims: bool = True) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="cdb", dir="/tmp"))
     try:
         (base / "devices").write_text(PROC_DEVICES)
@@ -161,9 +185,13 @@ async def run(log_dir: Path, claims: int) -> dict[str, Any]:
                 await seed(api, claims)
                 node_uid = (await api.get(f"/api/v1/nodes/{NODE}"))["metadata"]["uid"]
                 cluster = KubeClusterPort(
-                    api, resource_version="v1", driver_namespace=NS, node_uid=node_uid, use_cliques=True
-                )
+                    api, resource_version="v1", driver_namespace=NS, node_uid=node_uid, use_cliques=True,
+                    watch_claims=watch_claims,
+                )  # fmt: skip
                 cluster.start(NODE)
+                # a running plugin has listed long before a Prepare arrives
+                informers = INFORMERS if watch_claims else INFORMERS[:-1]
+                await cluster.until(lambda: cluster.synced(*informers))
                 store = await SqliteEventStore.open(log_dir / "events.db")
                 runner = ProjectionRunner(store, lifecycle_projections())  # as in the plugin process
                 await runner.start()
@@ -183,17 +211,21 @@ async def run(log_dir: Path, claims: int) -> dict[str, Any]:
                 stub = v1.DraPluginStub(channel)
                 prep: list[float] = []
                 unprep: list[float] = []
+                counter = RequestCounter(api)
                 try:
                     for i in range(claims):
                         ref = v1.Claim(namespace=NS, name=f"c{i}", uid=await _uid(api, i))
+                        counter.phase = "prepare"
                         t0 = time.perf_counter()
                         resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
                         t1 = time.perf_counter()
+                        counter.phase = "unprepare"
                         assert resp.claims[ref.uid].error == "", resp.claims[ref.uid].error
                         uresp = await stub.node_unprepare_resources(
                             v1.NodeUnprepareResourcesRequest(claims=[ref])
                         )
                         t2 = time.perf_counter()
+                        counter.phase = ""
                         assert uresp.claims[ref.uid].error == ""
                         prep.append((t1 - t0) * 1000)
                         unprep.append((t2 - t1) * 1000)
@@ -211,15 +243,7 @@ async def run(log_dir: Path, claims: int) -> dict[str, Any]:
                 if cluster is not None:
                     await cluster.close()
                 await disconnect(api)
-        return {
-            "claims": claims,
-            "prepare_ms": {"p50": pct(prep, 0.5), "p99": pct(prep, 0.99), "mean": statistics.fmean(prep)},
-            "unprepare_ms": {
-                "p50": pct(unprep, 0.5),
-                "p99": pct(unprep, 0.99),
-                "mean": statistics.fmean(unprep),
-            },
-        }
+        return {**summary(claims, prep, unprep), "api_requests_per_call": counter.per_call(claims)}
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -230,6 +254,9 @@ class ReadyCluster:
     def __init__(self, uid: str) -> None:
         self.domain = DomainInfo(uid, "bench", NS)
         self.labels: dict[str, str] = {}
+
+    def cached_claim(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        return None
 
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return None
@@ -306,11 +333,20 @@ async def _uid(api: KubeApi, i: int) -> str:
     return str(obj["metadata"]["uid"])
 
 
-async def main(claims: int) -> None:
-    report: dict[str, Any] = {"machine": platform.platform(), "python": platform.python_version()}
+async def main(claims: int, watch_claims: bool) -> None:
+    report: dict[str, Any] = {
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+        "watch_claims": watch_claims,
+        "load_average_before": os.getloadavg(),
+    }
+
+    async def adapter(log_dir: Path, claims: int) -> dict[str, Any]:
+        return await run(log_dir, claims, watch_claims)
+
     runs = [
-        ("tmpfs", Path("/dev/shm"), run),
-        ("disk", Path("/var/tmp"), run),
+        ("tmpfs", Path("/dev/shm"), adapter),
+        ("disk", Path("/var/tmp"), adapter),
         ("plugin-only-tmpfs", Path("/dev/shm"), run_plugin_only),
         ("plugin-only-disk", Path("/var/tmp"), run_plugin_only),
     ]
@@ -326,6 +362,8 @@ async def main(claims: int) -> None:
             f"unprepare p50 {r['unprepare_ms']['p50']:.2f} ms  p99 {r['unprepare_ms']['p99']:.2f} ms  "
             f"({claims} claims)"
         )
+        for request, per_call in r.get("api_requests_per_call", {}).items():
+            print(f"{'':17}  {per_call:.2f} x {request}")
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     report["recorded_at"] = stamp
@@ -338,11 +376,17 @@ async def main(claims: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claims", type=int, default=1000)
+    parser.add_argument(
+        "--watch-claims",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve a first Prepare's claim from the watch (the plugin's default); off: a GET per Prepare",
+    )
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     args = parser.parse_args()
     try:
         import uvloop  # the plugin runs on it when installed (extra "fast")
 
-        uvloop.run(main(args.claims))
+        uvloop.run(main(args.claims, args.watch_claims))
     except ImportError:
-        asyncio.run(main(args.claims))
+        asyncio.run(main(args.claims, args.watch_claims))
