@@ -273,6 +273,9 @@ class ReadyCluster:
     async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
         return True
 
+    async def until_ready(self, domain: DomainInfo, node: str, clique_id: str) -> None:
+        return None
+
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
         return None
 

@@ -14,7 +14,8 @@ already met makes one request at most (the label write, when the label is missin
   (cdctl.k8s.nodes). The copy written is remembered (read-your-writes).
 * Daemon readiness: the watched ComputeDomainClique `<uid>.<cliqueID>` in the driver namespace (gate
   ComputeDomainCliques) or, without one, the watched domain's `status.nodes`, when it says Ready; anything
-  else is read fresh, so the retriable "not ready" wait re-checks on every retry.
+  else is read fresh, so the retriable "not ready" wait re-checks on every retry; `until_ready` returns
+  when a watch event makes the copy say Ready, which ends that wait early.
 
 API errors become RetriableError or PermanentError here.
 """
@@ -235,6 +236,9 @@ class KubeClusterPort:
             return _node_ready(clique.get("daemons"), "nodeName", node)
         watched = self._domain_objs.get(domain.uid) or {}
         return _node_ready((watched.get("status") or {}).get("nodes"), "name", node)
+
+    async def until_ready(self, domain: DomainInfo, node: str, clique_id: str) -> None:
+        await self.until(lambda: self.watched_ready(domain, node, clique_id))
 
     async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
         """Ready per the watched copies (no request); anything short of Ready is read fresh: the clique,

@@ -2,15 +2,17 @@
 
 Called by the gRPC handlers (cdctl.plugin.server) for both API versions. Claims of a call are worked on
 concurrently; each is retried with exponential backoff (250 ms doubling to 3 s, like the Go plugin) while its
-error is retriable and the call's budget (40 s, inside the kubelet's 45 s) lasts. A claim still failing at the
-deadline gets an error entry naming its last error (the Go plugin leaves it out of the response). Permanent
-errors end a claim's work at once. Prepare needs the ResourceClaim itself (the kubelet sends only refs): a
-watched copy serves when `usable_cached_claim` says it is unambiguous, else it is read fresh (a GET).
+error is retriable and the call's budget (40 s, inside the kubelet's 45 s) lasts; a claim waiting for its
+daemon retries as soon as a watch says Ready. A claim still failing at the deadline gets an error entry naming
+its last error (the Go plugin leaves it out of the response). Permanent errors end a claim's work at once.
+Prepare needs the ResourceClaim itself (the kubelet sends only refs): a watched copy serves when
+`usable_cached_claim` says it is unambiguous, else it is read fresh (a GET).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -22,7 +24,7 @@ from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef, parse_claim
 from cdctl.plugin.metrics import DRIVER, PluginMetrics
 from cdctl.plugin.ports import ClusterPort
-from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.prepare import DaemonNotReady, DeviceState
 
 log = structlog.get_logger("cdctl.plugin.driver")
 
@@ -66,6 +68,16 @@ def usable_cached_claim(obj: dict[str, Any], ref: ClaimRef, node: str, book: Cla
     except CdctlError:
         return False
     return any(r.pool == node for r in claim.own_results())
+
+
+async def pause(exc: RetriableError, delay: float) -> None:
+    """Wait `delay` before a retry; a DaemonNotReady's wake (a watch saying Ready) ends the wait early."""
+    if not isinstance(exc, DaemonNotReady):
+        await asyncio.sleep(delay)
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(delay):
+            await exc.wake()
 
 
 class Driver:
@@ -124,7 +136,7 @@ class Driver:
                         f"(still failing after {attempt} attempts; the kubelet will retry)"
                     )
                 log.info(f"retrying {what} claim", claim=str(ref), error=str(exc), delay=round(delay, 3))
-                await asyncio.sleep(delay)
+                await pause(exc, delay)
             except CdctlError as exc:
                 return f"error {what} devices for claim {ref}: {exc}"
             except Exception as exc:  # an unexpected bug: fail this claim, keep the call and the process

@@ -32,5 +32,9 @@ class ClusterPort(Protocol):
     async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
         """Whether this node's IMEX daemon of the domain reports Ready (clique object, else domain status)."""
 
+    async def until_ready(self, domain: DomainInfo, node: str, clique_id: str) -> None:
+        """Return once a watched copy says what `daemon_ready` asks (no request; may never return: callers
+        bound the wait). It cuts the retry pause of a "not ready" Prepare short."""
+
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
         """Record a Kubernetes Event on the Node (best effort)."""

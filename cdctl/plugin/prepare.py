@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -67,6 +68,15 @@ def check_host_managed_config(config: DeviceConfig) -> None:
             f"allocationMode {config.allocation_mode} is not supported with HostManagedIMEX: "
             "only Single (or unset) is allowed, one channel (channel 0) per node"
         )
+
+
+class DaemonNotReady(RetriableError):
+    """This node's daemon of the domain is not Ready yet: retried; `wake()` returns when a watch says it is
+    Ready (the driver stops pausing then)."""
+
+    def __init__(self, message: str, wake: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(message, delay=NOT_READY_DELAY)
+        self.wake = wake
 
 
 class PrepareFenced(PermanentError):
@@ -279,7 +289,10 @@ class DeviceState:
         if not s.host_managed:
             await self.cluster.add_node_label(s.node, domain.uid)
             if not await self.cluster.daemon_ready(domain, s.node, clique):
-                raise RetriableError("current node not ready in ComputeDomain", delay=NOT_READY_DELAY)
+                raise DaemonNotReady(
+                    "current node not ready in ComputeDomain",
+                    lambda: self.cluster.until_ready(domain, s.node, clique),
+                )
         result = results[0]
         ids: list[str] = []
         if clique:

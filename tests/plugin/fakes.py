@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from cdctl.api.refs import DomainInfo
@@ -27,6 +28,7 @@ class FakeCluster:
         self.ready: set[tuple[str, str]] = set()
         self.events: list[tuple[str, str, str]] = []
         self.claim_lookup_error: Exception | None = None
+        self._ready_changed = asyncio.Condition()
 
     def cached_claim(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
         obj = self.watched.get((namespace, name))
@@ -52,6 +54,16 @@ class FakeCluster:
 
     async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
         return (domain.uid, node) in self.ready
+
+    async def until_ready(self, domain: DomainInfo, node: str, clique_id: str) -> None:
+        async with self._ready_changed:
+            await self._ready_changed.wait_for(lambda: (domain.uid, node) in self.ready)
+
+    async def mark_ready(self, domain_uid: str, node: str) -> None:
+        """Like a watch event saying the daemon is Ready: wakes `until_ready` (adding to `ready` does not)."""
+        async with self._ready_changed:
+            self.ready.add((domain_uid, node))
+            self._ready_changed.notify_all()
 
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
         self.events.append((node, reason, message))

@@ -1,4 +1,5 @@
-"""Prepare's use of a watched ResourceClaim copy: served only when unambiguous, else read fresh (a GET).
+"""Prepare's use of watched copies: a claim copy serves only when unambiguous, else the claim is read fresh (a
+GET); a "not ready" pause ends when readiness is observed.
 
 Driver-level, against the in-memory cluster port: `FakeCluster.watched` is what a watch delivered and may lag
 `FakeCluster.claims`, what the API server holds.
@@ -6,6 +7,7 @@ Driver-level, against the in-memory cluster port: `FakeCluster.watched` is what 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -113,3 +115,16 @@ async def test_a_watched_copy_of_an_unprepared_allocation_is_not_trusted(node: N
     rec = node.state.book.get("c1")
     assert rec is not None and rec.completed
     assert len(rec.allocations) == 2 and rec.allocation == rec.allocations[-1] != rec.allocations[0]
+
+
+async def test_a_not_ready_wait_ends_when_readiness_is_observed(node: Node) -> None:
+    node.cluster.ready.clear()
+    serve(node, reserved(channel_claim("c1", "dom-1")))
+    driver = Driver(node.state, node.cluster, RetryPolicy(base_s=600.0, cap_s=600.0, budget_s=1200.0))
+    preparing = asyncio.create_task(driver.prepare_resources([ref()]))
+    while (rec := node.state.book.get("c1")) is None:  # noqa: ASYNC110
+        await asyncio.sleep(0.001)  # until the first attempt found the daemon not ready
+    assert "not ready" in rec.last_error
+    await node.cluster.mark_ready("dom-1", "node-a")
+    async with asyncio.timeout(60):  # a hang guard: without the wake the pause is ten minutes
+        assert (await preparing)["c1"].error == ""
