@@ -7,8 +7,9 @@ Ready) and the informers listed. Each claim is allocated to this node and reserv
 unprepared, one after the other (a node has one channel-0). Runs with the event log on tmpfs (/dev/shm) and
 on disk, counting the API requests each call makes; then the prepare path alone (no gRPC, no API server: an
 in-process cluster port with readiness met) to separate the plugin's own cost. The projection runner follows
-the log as in the plugin process. Prints the figures and writes bench/results/prepare-<UTC time>.json (with
-the machine's load average, since other work on the same cores skews p99).
+the log as in the plugin process (the same loop and batch pause). Prints the figures and writes
+bench/results/prepare-<UTC time>.json (with the machine's load average before and after, since other work
+on the same cores skews p99).
 
     .venv/bin/python bench/prepare.py [--claims 1000] [--no-watch-claims]
 """
@@ -41,6 +42,7 @@ from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.api.refs import DomainInfo
 from cdctl.k8s.plugincluster import KubeClusterPort, connect, disconnect
 from cdctl.k8s.rest import KubeApi
+from cdctl.plugin.app import PluginConfig
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import parse_claim
 from cdctl.plugin.driver import Driver
@@ -159,13 +161,6 @@ class RequestCounter:
         return {key: count / calls for key, count in sorted(self.counts.items())}
 
 
-async def follow(runner: ProjectionRunner, store: SqliteEventStore) -> None:
-    while True:
-        position = await runner.catch_up()
-        await store.wait_beyond(position)
-        await asyncio.sleep(0.2)
-
-
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -195,7 +190,7 @@ async def run(log_dir: Path, claims: int, watch_claims: bool = True) -> dict[str
                 store = await SqliteEventStore.open(log_dir / "events.db")
                 runner = ProjectionRunner(store, lifecycle_projections())  # as in the plugin process
                 await runner.start()
-                projecting = asyncio.create_task(follow(runner, store))
+                projecting = asyncio.create_task(runner.run(batch_pause=PluginConfig.projection_batch_s))
                 book = await ClaimBook.load(store, NODE)
                 settings = PrepareSettings(
                     node=NODE,
