@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cdctl.sim.errors import Gone
@@ -22,7 +22,10 @@ ObjectMatcher = Callable[[Mapping[str, Any]], bool]
 
 @dataclass(frozen=True)
 class StoredEvent:
-    """One committed write: the object after it (before it, for DELETED) and the object before it."""
+    """One committed write: the object after it (before it, for DELETED) and the object before it.
+
+    `encoded` holds the watch lines already written for it, by (event type, served version), so that the
+    same event going to many watches of one version is converted and serialized once."""
 
     resource_version: int
     type: str  # ADDED, MODIFIED, DELETED
@@ -30,6 +33,7 @@ class StoredEvent:
     namespace: str
     obj: dict[str, Any]
     previous: dict[str, Any] | None
+    encoded: dict[tuple[str, str], bytes] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class WatchEvent:
     type: str
     obj: dict[str, Any]
     storage_key: tuple[str, str]
+    encoded: dict[tuple[str, str], bytes] | None = field(default=None, compare=False, repr=False)
 
 
 class Watcher:
@@ -76,7 +81,7 @@ class Watcher:
             kind = event.type
         else:
             return
-        self.queue.put_nowait(WatchEvent(kind, event.obj, event.storage_key))
+        self.queue.put_nowait(WatchEvent(kind, event.obj, event.storage_key, event.encoded))
 
     def close(self) -> None:
         if not self.closed:

@@ -22,7 +22,7 @@ from cdctl.sim.resources import ResourceType
 from cdctl.sim.selectors import ObjectFilter
 from cdctl.sim.settings import ServerSettings
 from cdctl.sim.store import ObjectStore
-from cdctl.sim.watch import Watcher
+from cdctl.sim.watch import Watcher, WatchEvent
 
 
 def _line(event_type: str, obj: dict[str, Any]) -> bytes:
@@ -125,4 +125,14 @@ async def _pump(
             continue
         if event is None:
             return
-        await response.write(_line(event.type, convert(event.obj, storage, resource_type)))
+        await response.write(_encoded(event, storage, resource_type))
+
+
+def _encoded(event: WatchEvent, storage: ResourceType, resource_type: ResourceType) -> bytes:
+    """The event's watch line in `resource_type`'s version, made once per event for all watches of it."""
+    key = (event.type, resource_type.api_version)
+    cache = event.encoded if event.encoded is not None else {}
+    line = cache.get(key)
+    if line is None:
+        line = cache[key] = _line(event.type, convert(event.obj, storage, resource_type))
+    return line
