@@ -242,9 +242,7 @@ class SimKubelet:
         """One pass. `wait=False` (the running kubelet) starts pods in background tasks instead of in turn."""
         await self.plugins.scan()
         self._wipe_slices_of_gone_drivers()
-        pods, _ = self.store.list_objects(
-            self.store.type_of(*PODS), None, lambda p: (p.get("spec") or {}).get("nodeName") == self.node_name
-        )
+        pods = self.store.pods_on_node(self.node_name)  # the kubelet's spec.nodeName field selector
         live = {
             p["metadata"]["uid"]: p
             for p in pods

@@ -27,6 +27,7 @@ ObjectFilter = Callable[[Mapping[str, Any]], bool]
 CRD_KEY = admission.CRD_KEY
 NAMESPACE_KEY = admission.NAMESPACE_KEY
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+PODS_KEY = ("", "pods")
 
 
 class ObjectStore:
@@ -39,6 +40,7 @@ class ObjectStore:
         self.hub = WatchHub(history_window)
         self._objects: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
         self._uids: dict[str, tuple[tuple[str, str], str, str]] = {}
+        self._pods_by_node: dict[str, set[tuple[str, str]]] = {}  # spec.nodeName -> (namespace, name)
         self._revision = 0
         self._rng = random.Random(seed)
         for namespace in DEFAULT_NAMESPACES:
@@ -76,6 +78,22 @@ class ObjectStore:
         ]
         return items, self.resource_version
 
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        """The pods bound to `node` (spec.nodeName), sorted as a list is: the kubelet's field-selected view,
+        from an index instead of a pass over every pod of the cluster."""
+        pods = self._objects.get(PODS_KEY, {})
+        return [copy.deepcopy(pods[key]) for key in sorted(self._pods_by_node.get(node, ())) if key in pods]
+
+    def _index_pod(
+        self, key: tuple[str, str], obj: dict[str, Any] | None, previous: dict[str, Any] | None
+    ) -> None:
+        before = ((previous or {}).get("spec") or {}).get("nodeName")
+        after = ((obj or {}).get("spec") or {}).get("nodeName")
+        if before and before != after:
+            self._pods_by_node.get(before, set()).discard(key)
+        if after:
+            self._pods_by_node.setdefault(after, set()).add(key)
+
     def exists_uid(self, uid: str) -> bool:
         return uid in self._uids
 
@@ -109,6 +127,8 @@ class ObjectStore:
         else:
             self._bucket(resource_type)[key] = obj
             self._uids[obj["metadata"]["uid"]] = (resource_type.storage_key, namespace, key[1])
+        if resource_type.storage_key == PODS_KEY:
+            self._index_pod(key, None if event_type == "DELETED" else obj, previous or obj)
         self.hub.publish(
             StoredEvent(
                 self._revision,

@@ -77,3 +77,38 @@ def test_watch_from_a_list_version_converges_to_the_list(
         assert _fold(listed, events) == {o["metadata"]["name"]: o for o in final}
 
     asyncio.run(scenario())
+
+
+POD_OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["create", "bind", "finalize", "delete"]), NAMES, st.sampled_from(["n1", "n2"])
+    ),
+    max_size=40,
+)
+
+
+@given(POD_OPERATIONS)
+@settings(max_examples=50, deadline=None)
+def test_pods_on_node_is_what_a_list_filtered_by_node_name_returns(
+    operations: list[tuple[str, str, str]],
+) -> None:
+    store = ObjectStore()
+    pods = store.type_of("", "pods")
+    for operation, name, node in operations:
+        try:
+            if operation == "create":
+                store.create(pods, "default", {"metadata": {"name": name}, "spec": {"containers": []}})
+            elif operation == "delete":
+                store.delete(pods, "default", name)
+            else:
+                current = store.get(pods, "default", name)
+                if operation == "bind":
+                    current["spec"]["nodeName"] = node
+                else:
+                    current["metadata"]["finalizers"] = ["example.com/hold"]
+                store.update(pods, "default", name, current)
+        except ApiError:
+            pass
+        for each in ("n1", "n2"):
+            listed, _ = store.list_objects(pods, None, lambda p, n=each: p["spec"].get("nodeName") == n)
+            assert store.pods_on_node(each) == listed
