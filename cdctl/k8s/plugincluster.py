@@ -40,6 +40,7 @@ from cdctl.k8s.rest import JsonObject, KubeApi
 log = structlog.get_logger("cdctl.k8s.plugincluster")
 T = TypeVar("T")
 READY = "Ready"
+INFORMER_RESTART_S = 1.0
 
 
 def resource_claims(version: str) -> ResourceType:
@@ -105,15 +106,21 @@ class KubeClusterPort:
     def start(self, node: str | None = None) -> None:
         """Follow ComputeDomains, ResourceClaims (unless `watch_claims` is off), ComputeDomainCliques of the
         driver namespace (gate on) and `node` (its label is then decided on the watched copy)."""
-        self._follow("computedomain", Informer(self.api, COMPUTE_DOMAINS), self._domain_seen)
+        self._follow("computedomain", lambda: Informer(self.api, COMPUTE_DOMAINS), self._domain_seen)
         if node:
-            informer = Informer(self.api, NODES, field_selector=f"metadata.name={node}")
-            self._follow("node", informer, self._node_seen)
+            self._follow(
+                "node",
+                lambda: Informer(self.api, NODES, field_selector=f"metadata.name={node}"),
+                self._node_seen,
+            )
         if self.use_cliques:
-            informer = Informer(self.api, COMPUTE_DOMAIN_CLIQUES, namespace=self.driver_namespace)
-            self._follow("clique", informer, self._clique_seen)
+            self._follow(
+                "clique",
+                lambda: Informer(self.api, COMPUTE_DOMAIN_CLIQUES, namespace=self.driver_namespace),
+                self._clique_seen,
+            )
         if self.watch_claims:
-            self._follow("resourceclaim", Informer(self.api, self.claims), self._claim_seen)
+            self._follow("resourceclaim", lambda: Informer(self.api, self.claims), self._claim_seen)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -131,17 +138,44 @@ class KubeClusterPort:
         """Whether each named informer (computedomain, node, clique, resourceclaim) has listed once."""
         return all(name in self._synced for name in informers)
 
-    def _follow(self, name: str, informer: Informer, seen: Callable[[Observation], None]) -> None:
+    def _follow(
+        self, name: str, informer: Callable[[], Informer], seen: Callable[[Observation], None]
+    ) -> None:
+        """Follow with a fresh informer; one that fails unexpectedly (a bug, an undecodable answer) leaves
+        copies that can no longer be trusted: they are dropped (reads go to the API server meanwhile) and a
+        new informer lists again after a pause."""
+
         async def run() -> None:
-            async for item in informer.observe():
-                if isinstance(item, Observation):
-                    seen(item)
-                else:
-                    self._synced.add(name)
-                async with self._changed:
-                    self._changed.notify_all()
+            while True:
+                try:
+                    async for item in informer().observe():
+                        if isinstance(item, Observation):
+                            seen(item)
+                        else:
+                            self._synced.add(name)
+                        async with self._changed:
+                            self._changed.notify_all()
+                except Exception:
+                    log.exception(
+                        "informer failed; its copies are dropped until it lists again", informer=name
+                    )
+                    self._synced.discard(name)
+                    self._forget(name)
+                    async with self._changed:
+                        self._changed.notify_all()
+                    await asyncio.sleep(INFORMER_RESTART_S)
 
         self._tasks.append(asyncio.create_task(run(), name=f"{name}-informer"))
+
+    def _forget(self, name: str) -> None:
+        caches: dict[str, list[dict[Any, Any]]] = {
+            "computedomain": [self._domains, self._domain_objs],
+            "node": [self._nodes],
+            "clique": [self._cliques],
+            "resourceclaim": [self._claims],
+        }
+        for cache in caches[name]:
+            cache.clear()
 
     def _domain_seen(self, item: Observation) -> None:
         if item.change is Change.DELETED:

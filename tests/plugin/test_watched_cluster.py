@@ -13,6 +13,8 @@ import pytest
 
 from cdctl.api.refs import COMPUTE_DOMAIN_LABEL, DomainInfo
 from cdctl.domain import claims as c
+from cdctl.k8s import plugincluster
+from cdctl.k8s.informer import Observation
 from cdctl.k8s.plugincluster import KubeClusterPort
 from cdctl.k8s.rest import KubeApi
 from cdctl.plugin.checkpoint import ClaimBook
@@ -221,3 +223,31 @@ async def test_a_not_ready_daemon_is_retried_as_soon_as_the_watch_says_ready(
     clique = f"{CLIQUES}/{domain.uid}.{CLIQUE}"
     # put_clique's own read and write, then the retry: the claim read fresh, readiness from the watch
     assert requests.take() == [("GET", clique), ("PUT", clique), ("GET", f"{CLAIMS}/rc")]
+
+
+async def test_a_failed_informer_drops_its_copies_and_lists_again(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, api, _ = env
+    monkeypatch.setattr(plugincluster, "INFORMER_RESTART_S", 0.01)
+    domain = await make_domain(api)
+    uid = await make_claim(api, "rc", domain.uid)
+    cluster = port(api)
+    seen, failures = cluster._claim_seen, []
+
+    def fails_once(item: Observation) -> None:
+        if item.name == "poison" and not failures:
+            failures.append(item)
+            raise RuntimeError("a bug in the handler")
+        seen(item)
+
+    cluster._claim_seen = fails_once  # type: ignore[method-assign]
+    cluster.start(NODE)
+    try:
+        await cluster.until(lambda: allocated(cluster, uid))
+        await make_claim(api, "poison", domain.uid)
+        await cluster.until(lambda: bool(failures) and not cluster.synced("resourceclaim"))
+        assert cluster.cached_claim("default", "rc", uid) is None  # nothing stale is served
+        await cluster.until(lambda: cluster.synced("resourceclaim") and allocated(cluster, uid))
+    finally:
+        await cluster.close()
