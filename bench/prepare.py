@@ -11,7 +11,7 @@ the log as in the plugin process (the same loop and batch pause). Prints the fig
 bench/results/prepare-<UTC time>.json (with the machine's load average before and after, since other work
 on the same cores skews p99).
 
-    .venv/bin/python bench/prepare.py [--claims 1000] [--no-watch-claims]
+    .venv/bin/python bench/prepare.py [--claims 1000] [--watch-claims]
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def run(log_dir: Path, claims: int, watch_claims: bool = True) -> dict[str, Any]:
+async def run(log_dir: Path, claims: int, watch_claims: bool = False) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="cdb", dir="/tmp"))
     try:
         (base / "devices").write_text(PROC_DEVICES)
@@ -377,8 +377,8 @@ if __name__ == "__main__":
     parser.add_argument(
         "--watch-claims",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="serve a first Prepare's claim from the watch (the plugin's default); off: a GET per Prepare",
+        default=PluginConfig.watch_claims,
+        help="serve a claim's first Prepare from a ResourceClaim watch (default: as the plugin, off: a GET)",
     )
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     args = parser.parse_args()

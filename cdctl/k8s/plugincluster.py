@@ -2,13 +2,15 @@
 
 Called by the plugin's prepare path through that interface. What a Prepare reads comes from watched copies
 (list+watch informers, cdctl.k8s.informer) where that is safe, so a Prepare with the readiness condition
-already met makes one request at most (the label write, when the label is missing):
+already met makes the claim GET and the label write (when the label is missing), or only the latter with
+`watch_claims`:
 
 * ComputeDomains are followed and indexed by UID (a miss re-lists once, so a domain created a moment ago is
   found).
-* ResourceClaims are followed too (`watch_claims`); `cached_claim` answers only for the UID the kubelet
-  asked for and the plugin decides whether that copy may be used (cdctl.plugin.driver); `get_claim` always
-  reads fresh in the resource.k8s.io version the cluster serves.
+* ResourceClaims are followed only with `watch_claims` (off by default: a cluster-wide watch from every
+  node); `cached_claim` answers only for the UID the kubelet asked for and the plugin decides whether that
+  copy may be used (cdctl.plugin.driver); `get_claim` always reads fresh in the resource.k8s.io version the
+  cluster serves.
 * The node's label is decided on the watched copy of the Node: no request when it already carries the right
   value; writes carry the copy's resourceVersion, so a stale copy answers 409 and the write re-reads
   (cdctl.k8s.nodes). The copy written is remembered (read-your-writes).
@@ -81,7 +83,7 @@ class KubeClusterPort:
         driver_namespace: str,
         node_uid: str,
         use_cliques: bool,
-        watch_claims: bool = True,
+        watch_claims: bool = False,
         component: str = "compute-domain-kubelet-plugin",
     ) -> None:
         self.api = api

@@ -28,10 +28,11 @@ async def make_domain(api: KubeApi, name: str = "cd") -> DomainInfo:
     return DomainInfo(cd["metadata"]["uid"], name, "default")
 
 
-def port(api: KubeApi, cliques: bool = True) -> KubeClusterPort:
+def port(api: KubeApi, cliques: bool = True, watch_claims: bool = False) -> KubeClusterPort:
     return KubeClusterPort(
-        api, resource_version="v1", driver_namespace="default", node_uid="x", use_cliques=cliques
-    )
+        api, resource_version="v1", driver_namespace="default", node_uid="x", use_cliques=cliques,
+        watch_claims=watch_claims,
+    )  # fmt: skip
 
 
 async def node_label(api: KubeApi) -> str | None:

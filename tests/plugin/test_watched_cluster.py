@@ -112,7 +112,7 @@ async def live_label(api: KubeApi) -> str | None:
 async def watched(env: Env) -> AsyncIterator[tuple[KubeApi, KubeClusterPort, Requests]]:
     _, api, _ = env
     requests = Requests(api)
-    cluster = port(api)
+    cluster = port(api, watch_claims=True)
     cluster.start(NODE)
     await cluster.until(lambda: cluster.synced(*INFORMERS))
     try:
@@ -232,7 +232,7 @@ async def test_a_failed_informer_drops_its_copies_and_lists_again(
     monkeypatch.setattr(plugincluster, "INFORMER_RESTART_S", 0.01)
     domain = await make_domain(api)
     uid = await make_claim(api, "rc", domain.uid)
-    cluster = port(api)
+    cluster = port(api, watch_claims=True)
     seen, failures = cluster._claim_seen, []
 
     def fails_once(item: Observation) -> None:
