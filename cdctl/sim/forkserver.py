@@ -63,6 +63,7 @@ class ForkServer:
         self._pending: dict[int, asyncio.Future[int]] = {}
         self._children: dict[int, ForkedProcess] = {}
         self._early_exits: dict[int, int] = {}
+        self._abandoned: set[int] = set()  # children of cancelled spawns: their exits concern nobody
         self._reader = asyncio.create_task(self._read(), name="fork-server-reader")
 
     @classmethod
@@ -80,12 +81,18 @@ class ForkServer:
             if "exited" in message:
                 pid, code = int(message["exited"]), int(message["code"])
                 child = self._children.pop(pid, None)
-                if child is None:
+                if pid in self._abandoned:
+                    self._abandoned.discard(pid)
+                elif child is None:
                     self._early_exits[pid] = code
                 else:
                     child._exit(code)
                 continue
             future = self._pending.pop(int(message["id"]))
+            if future.done():  # the spawn was cancelled (a probe of a pod being stopped): nobody waits
+                if "pid" in message:
+                    self._abandoned.add(int(message["pid"]))
+                continue
             if "error" in message:
                 future.set_exception(OSError(f"fork server: {message['error']}"))
             else:

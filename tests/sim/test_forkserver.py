@@ -61,3 +61,18 @@ async def test_children_end_with_the_server_reporting_them(tmp_path: Path) -> No
         assert await child.wait() == -signal.SIGKILL
     await server.stop()
     assert server.process.returncode == 0
+
+
+async def test_a_cancelled_spawn_leaves_the_server_answering_the_next(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    """A probe cancelled while its fork is on the way (its pod is being stopped) must not stop the reader."""
+    cancelled = asyncio.create_task(server.spawn(["--version"], dict(os.environ), tmp_path / "gone.log"))
+    await asyncio.sleep(0)  # the request is written; the answer has not come yet
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    for attempt in range(3):
+        async with asyncio.timeout(30):
+            child = await server.spawn(["--version"], dict(os.environ), tmp_path / f"next-{attempt}.log")
+            assert await child.wait() == 0
