@@ -82,7 +82,7 @@ class Allocator:
 
     # ---- inventory -----------------------------------------------------------------------------------------
     def _in_use(self) -> set[DeviceKey]:
-        claims, _ = self.store.list_objects(self.store.type_of(*CLAIMS))
+        claims, _ = self.store.list_objects(self.store.type_of(*CLAIMS), copies=False)
         used: set[DeviceKey] = set()
         for claim in claims:
             allocation = (claim.get("status") or {}).get("allocation") or {}
@@ -91,7 +91,7 @@ class Allocator:
         return used
 
     def _devices_on(self, node: str) -> list[Candidate]:
-        slices, _ = self.store.list_objects(self.store.type_of(*SLICES))
+        slices, _ = self.store.list_objects(self.store.type_of(*SLICES), copies=False)
         found = []
         for resource_slice in slices:
             spec = resource_slice.get("spec") or {}
@@ -187,7 +187,7 @@ class Allocator:
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound:
             return [bound]
-        nodes, _ = self.store.list_objects(self.store.type_of(*NODES))
+        nodes, _ = self.store.list_objects(self.store.type_of(*NODES), copies=False)
         wanted = selector_from_match_labels((pod.get("spec") or {}).get("nodeSelector"))
         return [
             n["metadata"]["name"]
@@ -266,8 +266,8 @@ class Allocator:
 
     def reconcile(self) -> None:
         in_use = self._in_use()
-        pods, _ = self.store.list_objects(self.store.type_of(*PODS))
-        placement = Placement.of(self.store.list_objects(self.store.type_of(*NODES))[0], pods)
+        pods, _ = self.store.list_objects(self.store.type_of(*PODS), copies=False)  # read only
+        placement = Placement.of(self.store.list_objects(self.store.type_of(*NODES), copies=False)[0], pods)
         for pod in pods:
             if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
                 "Succeeded",

@@ -47,7 +47,8 @@ class WorkerState:
 
 
 def _list(rack: Rack, group: str, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
-    return rack.store.list_objects(rack.store.type_of(group, plural), namespace)[0]
+    """The stored objects themselves (no copies: the checks only read them)."""
+    return rack.store.list_objects(rack.store.type_of(group, plural), namespace, copies=False)[0]
 
 
 def list_pods(rack: Rack, namespace: str) -> list[dict[str, Any]]:

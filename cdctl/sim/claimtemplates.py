@@ -37,14 +37,16 @@ class ClaimTemplateController:
         self.kinds = (PODS, CLAIMS, TEMPLATES)
 
     def reconcile(self) -> None:
-        pods, _ = self.store.list_objects(self.store.type_of(*PODS))
+        pods, _ = self.store.list_objects(self.store.type_of(*PODS), copies=False)  # read only
         for pod in pods:
             if not pod["metadata"].get("deletionTimestamp") and not pod_is_finished(pod):
                 self._ensure_claims(pod)
         self._release_claims({p["metadata"]["uid"] for p in pods if not pod_is_finished(p)})
 
     def _owned_claim(self, pod: dict[str, Any], pod_claim_name: str) -> dict[str, Any] | None:
-        claims, _ = self.store.list_objects(self.store.type_of(*CLAIMS), pod["metadata"]["namespace"])
+        claims, _ = self.store.list_objects(
+            self.store.type_of(*CLAIMS), pod["metadata"]["namespace"], copies=False
+        )
         for claim in claims:
             annotations = claim["metadata"].get("annotations") or {}
             owners = claim["metadata"].get("ownerReferences") or []
@@ -110,7 +112,7 @@ class ClaimTemplateController:
 
     def _release_claims(self, live_pod_uids: set[str]) -> None:
         claims_type = self.store.type_of(*CLAIMS)
-        claims, _ = self.store.list_objects(claims_type)
+        claims, _ = self.store.list_objects(claims_type, copies=False)  # read only: writes go to copies
         for claim in claims:
             namespace, name = claim["metadata"]["namespace"], claim["metadata"]["name"]
             status = claim.get("status") or {}
@@ -138,5 +140,7 @@ class ClaimTemplateController:
             )
         finalizers = claim["metadata"].get("finalizers") or []
         if DELETE_PROTECTION_FINALIZER in finalizers:
-            claim["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
-            self.store.update(claims_type, namespace, name, claim)
+            kept = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
+            self.store.update(
+                claims_type, namespace, name, {**claim, "metadata": {**claim["metadata"], "finalizers": kept}}
+            )

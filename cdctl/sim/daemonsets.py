@@ -32,9 +32,9 @@ class DaemonSetController:
         self.kinds = (DAEMONSETS, PODS, NODES)
 
     def reconcile(self) -> None:
-        daemonsets, _ = self.store.list_objects(self.store.type_of(*DAEMONSETS))
-        nodes, _ = self.store.list_objects(self.store.type_of(*NODES))
-        pods, _ = self.store.list_objects(self.store.type_of(*PODS))
+        daemonsets, _ = self.store.list_objects(self.store.type_of(*DAEMONSETS), copies=False)  # read only
+        nodes, _ = self.store.list_objects(self.store.type_of(*NODES), copies=False)
+        pods, _ = self.store.list_objects(self.store.type_of(*PODS), copies=False)
         for daemonset in daemonsets:
             if not daemonset["metadata"].get("deletionTimestamp"):
                 self._sync(daemonset, nodes, pods)

@@ -51,8 +51,8 @@ class JobController:
         self.kinds = (JOBS, PODS)
 
     def reconcile(self) -> None:
-        jobs, _ = self.store.list_objects(self.store.type_of(*JOBS))
-        pods, _ = self.store.list_objects(self.store.type_of(*PODS))
+        jobs, _ = self.store.list_objects(self.store.type_of(*JOBS), copies=False)  # read only
+        pods, _ = self.store.list_objects(self.store.type_of(*PODS), copies=False)
         for job in jobs:
             if not job["metadata"].get("deletionTimestamp"):
                 self._sync(job, [p for p in pods if _owned_by(p, job["metadata"]["uid"])])

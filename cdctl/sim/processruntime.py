@@ -208,7 +208,13 @@ class ProcessRuntime:
         checker = await asyncio.create_subprocess_exec(
             *command, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
         )
-        return await checker.wait() == 0
+        try:
+            return await checker.wait() == 0
+        except asyncio.CancelledError:  # the pod is stopping: so does its probe
+            with contextlib.suppress(ProcessLookupError):
+                checker.kill()
+            await checker.wait()
+            raise
 
     async def stop(self, pod: dict[str, Any]) -> None:
         running = self.running.pop(pod["metadata"]["uid"], None)

@@ -68,12 +68,24 @@ class ObjectStore:
         return copy.deepcopy(self._find(resource_type, namespace, name))
 
     def list_objects(
-        self, resource_type: ResourceType, namespace: str | None = None, matches: ObjectFilter | None = None
+        self,
+        resource_type: ResourceType,
+        namespace: str | None = None,
+        matches: ObjectFilter | None = None,
+        *,
+        copies: bool = True,
     ) -> tuple[list[dict[str, Any]], str]:
-        """Matching objects sorted by namespace and name, and the list's resourceVersion."""
+        """Matching objects sorted by namespace and name, and the list's resourceVersion.
+
+        `copies=False` hands out the stored objects themselves, for in-process readers that only read (the
+        stand-in controllers pass over every object on every change; copying them all was most of the
+        simulator's CPU on a big rack). The store never changes a stored object in place (a write stores a
+        new one), so such a list stays a consistent snapshot; a reader that wants to change an object must
+        copy it (or `get` it) first."""
+        bucket = self._bucket(resource_type)
         items = [
-            copy.deepcopy(obj)
-            for (ns, _), obj in sorted(self._bucket(resource_type).items())
+            obj if not copies else copy.deepcopy(obj)
+            for (ns, _), obj in sorted(bucket.items())
             if (namespace is None or ns == namespace) and (matches is None or matches(obj))
         ]
         return items, self.resource_version
@@ -135,8 +147,8 @@ class ObjectStore:
                 event_type,
                 resource_type.storage_key,
                 namespace,
-                copy.deepcopy(obj),
-                copy.deepcopy(previous) if previous is not None else None,
+                obj,  # the stored objects themselves: never changed in place, so watchers share them
+                previous,
             )
         )
         return copy.deepcopy(obj)

@@ -24,6 +24,8 @@ ObjectMatcher = Callable[[Mapping[str, Any]], bool]
 class StoredEvent:
     """One committed write: the object after it (before it, for DELETED) and the object before it.
 
+    Both are the store's own objects, shared by every watcher: read them, never change them.
+
     `encoded` holds the watch lines already written for it, by (event type, served version), so that the
     same event going to many watches of one version is converted and serialized once."""
 
