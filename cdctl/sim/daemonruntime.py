@@ -6,8 +6,9 @@ through the daemon claim's CDI mount: `IMEXD_DIR` is the domain directory the no
 (`<node>/plugins/<driver>/domains/<domain uid>`), with the pod's own hosts file in it (also handed to the
 fake `nvidia-imex-ctl`), and `CDCTL_DB` an event log per daemon under `<work dir>/daemons/`, outside the
 domain directory the plugin removes at teardown, so the log stays for exploring. Other pods are not run.
-With a fork server (cdctl.sim.forkserver), `cdctl ...` commands and probes start from its warm copy of
-cdctl instead of a fresh interpreter. Used by cdctl.sim.rack.
+With a fork server (cdctl.sim.forkserver), `cdctl ...` commands start from its warm copy of cdctl instead
+of a fresh interpreter, and probes from `probe_server` (one that imported only what `cdctl daemon check`
+needs, so each fork is small) when the rack sets one. Used by cdctl.sim.rack.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class DaemonPodRuntime(ProcessRuntime):
         self.driver_namespace = driver_namespace
         self.db_dir = work_dir / "daemons"
         self.fork_server: ForkServer | None = None
+        self.probe_server: ForkServer | None = None  # a lighter one for probes, else fork_server
 
     def _forkable(self, command: list[str]) -> bool:
         return self.fork_server is not None and bool(command) and Path(command[0]).name == "cdctl"
@@ -74,7 +76,8 @@ class DaemonPodRuntime(ProcessRuntime):
     async def _probe(self, command: list[str], env: dict[str, str]) -> bool:
         if self.fork_server is None or not self._forkable(command):
             return await super()._probe(command, env)
-        checker = await self.fork_server.spawn(command[1:], env, Path(os.devnull))
+        server = self.probe_server or self.fork_server
+        checker = await server.spawn(command[1:], env, Path(os.devnull))
         return await checker.wait() == 0
 
     async def stop_all(self) -> None:

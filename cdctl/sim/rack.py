@@ -11,8 +11,10 @@
 4. in driver-managed mode the daemon pods the controller's DaemonSets create are run by the simulated
    container runtime as `cdctl daemon run` processes, probed with `cdctl daemon check`
    (cdctl.sim.daemonruntime); host-managed mode runs none (the host's IMEX stands in). These `cdctl`
-   processes start from a fork server that has imported cdctl once (cdctl.sim.forkserver), unless
-   `fork_server=False`: each is still its own process, without a second of imports apiece.
+   processes start from a fork server that has imported cdctl once (cdctl.sim.forkserver), and the daemons'
+   probes from a second, small one that imported only `cdctl daemon check`, unless `fork_server=False`:
+   each is still its own process, without a second of imports apiece. The daemon pods are probed as
+   their spec says (startup every 1 s, readiness at once after it and every 10 s: `probe_period_s=None`).
 It returns once every plugin has registered with its kubelet and published its ResourceSlice. Leaving the
 block stops the children with SIGTERM (the daemons first), then the cluster. Used by cdctl.sim.scenario,
 the integration tests and bench/formation.py.
@@ -55,6 +57,8 @@ FORK_SERVER_PRELOAD = [
     "cdctl.cli.main", "cdctl.cli.controller", "cdctl.cli.plugin", "cdctl.cli.daemon",
     "cdctl.controller.app", "cdctl.plugin.app", "cdctl.daemon.app",
 ]  # fmt: skip
+# What the daemons' probes (`cdctl daemon check`) import: a fork of this small server costs half as much.
+PROBE_SERVER_PRELOAD = ["cdctl.cli.main", "cdctl.cli.daemon"]
 _PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "DeviceClass": "deviceclasses"}
 
 
@@ -119,6 +123,7 @@ class Rack:
         self.cluster.controllers.append(ControllerLoop("jobs", self.store, jobs.kinds, jobs.reconcile))
         self.controller: Component | None = None
         self.fork_server: ForkServer | None = None
+        self.probe_server: ForkServer | None = None
         self.plugins: dict[str, Component] = {}
         self.timings = StartTimings()
 
@@ -160,6 +165,8 @@ class Rack:
         if self.settings.fork_server:
             self.fork_server = await ForkServer.start(FORK_SERVER_PRELOAD, env=self.base_env)
             self.runtime.fork_server = self.fork_server
+            self.probe_server = await ForkServer.start(PROBE_SERVER_PRELOAD, env=self.base_env)
+            self.runtime.probe_server = self.probe_server
         self.timings.cluster_s = time.perf_counter() - started
         started = time.perf_counter()
         await self._start_components()
@@ -264,8 +271,9 @@ class Rack:
         await self.runtime.stop_all()
         components = [*self.plugins.values(), *([self.controller] if self.controller else [])]
         await asyncio.gather(*(c.stop() for c in components))
-        if self.fork_server is not None:
-            await self.fork_server.stop()
+        for server in (self.fork_server, self.probe_server):
+            if server is not None:
+                await server.stop()
         await self.cluster.stop()
 
     async def __aenter__(self) -> Rack:
