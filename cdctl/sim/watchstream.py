@@ -123,9 +123,18 @@ async def _pump(
             if bookmarks and time.monotonic() < deadline:
                 await response.write(_bookmark(resource_type, store.resource_version))
             continue
+        # Everything queued goes out in one write: one event per pass of a busy event loop was a trickle
+        # (a burst of 144 node labels reached the controller over ten seconds).
+        lines = []
+        while event is not None:
+            lines.append(_encoded(event, storage, resource_type))
+            if watcher.queue.empty():
+                break
+            event = watcher.queue.get_nowait()
+        if lines:
+            await response.write(b"".join(lines))
         if event is None:
             return
-        await response.write(_encoded(event, storage, resource_type))
 
 
 def _encoded(event: WatchEvent, storage: ResourceType, resource_type: ResourceType) -> bytes:
