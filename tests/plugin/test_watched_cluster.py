@@ -99,6 +99,11 @@ def allocated(cluster: KubeClusterPort, uid: str) -> bool:
     return "allocation" in ((cluster.cached_claim("default", "rc", uid) or {}).get("status") or {})
 
 
+def seen_ready(cluster: KubeClusterPort, domain: DomainInfo) -> bool:
+    """Whether the watches have delivered the domain and its clique saying this node's daemon is Ready."""
+    return cluster.cached_domain(domain.uid) is not None and cluster.watched_ready(domain, NODE, CLIQUE)
+
+
 def cached_label(cluster: KubeClusterPort) -> str | None:
     labels = ((cluster.cached_node(NODE) or {}).get("metadata") or {}).get("labels") or {}
     return labels.get(COMPUTE_DOMAIN_LABEL)
@@ -135,7 +140,7 @@ async def test_prepare_with_readiness_met_only_writes_the_label(
     domain = await make_domain(api)
     await put_clique(api, domain, "Ready")
     uid = await make_claim(api, "rc", domain.uid)
-    await cluster.until(lambda: cluster.watched_ready(domain, NODE, CLIQUE) and allocated(cluster, uid))
+    await cluster.until(lambda: seen_ready(cluster, domain) and allocated(cluster, uid))
     driver = await driver_for(cluster, tmp_path)
     ref = ClaimRef(uid, "default", "rc")
     async with requests.recording():
@@ -146,6 +151,24 @@ async def test_prepare_with_readiness_met_only_writes_the_label(
         assert (await driver.unprepare_resources([ref]))[uid] == ""
     assert requests.take() == [("PATCH", NODE_PATH)]
     assert await live_label(api) is None
+
+
+async def test_by_default_prepare_reads_the_claim_and_only_the_claim(env: Env, tmp_path: Path) -> None:
+    _, api, _ = env
+    requests = Requests(api)
+    cluster = port(api)  # the plugin's default: no ResourceClaim watch
+    cluster.start(NODE)
+    try:
+        domain = await make_domain(api)
+        await put_clique(api, domain, "Ready")
+        uid = await make_claim(api, "rc", domain.uid)
+        await cluster.until(lambda: cluster.synced(*INFORMERS[:-1]) and seen_ready(cluster, domain))
+        driver = await driver_for(cluster, tmp_path)
+        async with requests.recording():
+            assert (await driver.prepare_resources([ClaimRef(uid, "default", "rc")]))[uid].error == ""
+        assert requests.take() == [("GET", f"{CLAIMS}/rc"), ("PATCH", NODE_PATH)]
+    finally:
+        await cluster.close()
 
 
 async def test_a_label_already_on_the_watched_node_is_not_written_again(
