@@ -1,10 +1,13 @@
 """The files `nvidia-imex` reads, written atomically: the rendered config, the node list, the hosts file.
 
 Called by cdctl.daemon.app (config, node list) and cdctl.daemon.peers (hosts file, IP-mode node list). Each
-write goes to a temporary file beside the target, is flushed to disk and renamed over it, so a reader sees
-the old or the new content, never a mix. A container's /etc/hosts is a bind mount that cannot be renamed over
-(EBUSY); there the new content is written into the file in one write call instead. The hosts file is changed
-only inside its managed block (cdctl.domain.imex.render_hosts) and only when that block changes.
+write goes to a temporary file beside the target and is renamed over it, so a reader sees the old or the new
+content, never a mix. They are not fsynced: every one is derived (from the plugin's template, the pod IP and
+the clique) and written again by the next daemon start, so a crash loses nothing that matters, while a sync
+per peer change (a hosts rewrite each time a peer joins) stalled the daemon's event loop on a busy node.
+A container's /etc/hosts is a bind mount that cannot be renamed over (EBUSY); there the new content is
+written into the file in one write call instead. The hosts file is changed only inside its managed block
+(cdctl.domain.imex.render_hosts) and only when that block changes.
 """
 
 from __future__ import annotations
@@ -32,20 +35,17 @@ def _write_in_place(path: Path, text: str) -> None:
         if written != len(data):
             raise OSError(errno.EIO, f"short write ({written} of {len(data)} bytes)")
         os.ftruncate(descriptor, len(data))
-        os.fsync(descriptor)
     finally:
         os.close(descriptor)
 
 
 def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace `path` with `text` (temporary file + fsync + rename; in place where rename is refused)."""
+    """Replace `path` with `text` (temporary file + rename; in place where rename is refused)."""
     descriptor, temporary_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     temporary = Path(temporary_name)
     try:
         with os.fdopen(descriptor, "w") as stream:
             stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
         temporary.chmod(mode)
         try:
             temporary.replace(path)
