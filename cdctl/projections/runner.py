@@ -117,12 +117,18 @@ class ProjectionRunner:
             after = events[-1].position
 
     async def catch_up(self) -> int:
-        """Apply every committed event not yet applied; return the position reached."""
-        while True:
+        """Apply every event committed before the call; return the position reached.
+
+        Events committed meanwhile wait for the next call: chasing them would commit a view transaction per
+        append while appends keep coming (defeating `run`'s batch pause) and never return under steady load.
+        """
+        target = self.store.head()
+        while self.position < target:
             events = await self.store.read_all(after=self.position, limit=self.batch_size)
             if not events:
-                return self.position
+                break
             await self.apply(events)
+        return self.position
 
     async def apply(self, events: Sequence[RecordedEvent]) -> None:
         overlays: dict[str, Overlay] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
@@ -227,3 +228,25 @@ async def test_any_batching_with_any_failed_commits_equals_a_clean_rebuild(
     await restarted.start()
     for projection in lifecycle_projections():
         assert dict(restarted.view(projection.name)) == rebuild.views[projection.name]
+
+
+async def test_catch_up_applies_what_was_committed_before_it_and_does_not_chase_new_appends() -> None:
+    store = InMemoryEventStore()
+    await prepare(store, "u1")
+    runner = ProjectionRunner(store, lifecycle_projections(), batch_size=1)
+    await runner.start()
+    original = runner.apply
+    applied = 0
+
+    async def apply_while_appends_arrive(events: Any) -> None:
+        nonlocal applied
+        applied += 1
+        await original(events)
+        await prepare(store, f"u{applied + 1}")  # a Prepare lands during every view transaction
+        await asyncio.sleep(0)  # (the in-memory store never suspends; the guard below needs a chance)
+
+    runner.apply = apply_while_appends_arrive  # type: ignore[method-assign]
+    async with asyncio.timeout(30):  # a hang guard: a chasing catch_up never returns here
+        assert await runner.catch_up() == 3  # the three events of u1, one batch each, then it returns
+    assert applied == 3
+    assert ("u1",) in runner.view("claim_lifecycle") and store.head() == 12
