@@ -213,9 +213,12 @@ class PluginProcess:
             raise PermanentError(str(exc)) from exc
         self.cluster = plugincluster.KubeClusterPort(
             self.api, resource_version=version, driver_namespace=cfg.namespace, node_uid=node_uid,
-            use_cliques=cfg.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES), watch_claims=cfg.watch_claims,
+            use_cliques=cfg.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES) and not self.host_managed,
+            watch_claims=cfg.watch_claims,
         )  # fmt: skip
-        self.cluster.start(cfg.node_name)
+        # The Node (label decisions) and cliques (daemon readiness) are followed only where there are daemons:
+        # under HostManagedIMEX the chart grants neither watch.
+        self.cluster.start(None if self.host_managed else cfg.node_name)
         settings = PrepareSettings(
             node=cfg.node_name,
             plugin_dir=cfg.plugin_dir,

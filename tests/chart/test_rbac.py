@@ -59,7 +59,13 @@ EXCEPTIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         ("resource.nvidia.com", "computedomains"): {"create", "delete"},
         ("resource.k8s.io", "resourceclaims"): READ,
     },
-    "kubelet-plugin": {("", "events"): {"create", "patch"}},  # Events on the Node (fabric not ready).
+    "kubelet-plugin": {
+        ("", "events"): {"create", "patch"},  # Events on the Node (fabric not ready).
+        # Prepare reads readiness from watched cliques, and decides the Node label on the watched Node, which
+        # it patches (with the copy's resourceVersion) instead of replacing the whole object.
+        ("resource.nvidia.com", "computedomaincliques"): READ,
+        ("", "nodes"): {"patch"},
+    },
     "daemon": {},
 }
 ACCOUNTS = {"controller": CONTROLLER, "kubelet-plugin": PLUGIN, "daemon": DAEMON}
@@ -120,9 +126,9 @@ def test_default_mode_grants_exactly_what_is_needed(rendered: dict[str, list[dic
         ("*", "resource.nvidia.com", "computedomains"): READ,
         ("*", "resource.k8s.io", "resourceclaims"): {"get"},
         ("*", "resource.k8s.io", "resourceslices"): CRUD,
-        ("*", "", "nodes"): {"get", "update"},
+        ("*", "", "nodes"): READ | {"patch"},
         ("*", "", "events"): {"create", "patch"},
-        (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): {"get"},
+        (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): READ,
     }
     assert grants[DAEMON] == {
         (NAMESPACE, "", "pods"): {"get", "patch"},
