@@ -24,6 +24,7 @@ from cdctl.sim.errors import ApiError, BadRequest, Conflict, InternalError, Meth
 from cdctl.sim.faults import FaultPlan
 from cdctl.sim.patch import parse_body
 from cdctl.sim.queryparams import is_true, non_negative_int
+from cdctl.sim.rbac import Rbac
 from cdctl.sim.resources import ResourceType
 from cdctl.sim.selectors import object_filter, parse_field_selector, parse_label_selector
 from cdctl.sim.settings import ServerSettings
@@ -337,7 +338,9 @@ def _decode_continue(token: str | None, resource_version: str) -> tuple[int, str
         raise BadRequest(f"continue key is not valid: {error}") from error
 
 
-def build_app(store: ObjectStore, settings: ServerSettings, faults: FaultPlan) -> web.Application:
+def build_app(
+    store: ObjectStore, settings: ServerSettings, faults: FaultPlan, rbac: Rbac | None = None
+) -> web.Application:
     routes = ApiRoutes(store, settings, faults)
 
     async def health(request: web.Request) -> web.Response:
@@ -349,6 +352,12 @@ def build_app(store: ObjectStore, settings: ServerSettings, faults: FaultPlan) -
             await asyncio.sleep(decision.delay_s)
         if decision.error is not None:
             return error_response(decision.error)
+        if rbac is not None and rbac.enforcing:
+            denied = rbac.check_request(
+                request.headers.get("Authorization"), request.method, request.path, request.query
+            )
+            if denied is not None:
+                return error_response(denied)
         try:
             return await routes.dispatch(request)
         except ApiError as error:

@@ -3,7 +3,8 @@
 Tests start it in process (`async with ApiServer() as server:`, then point kubernetes_asyncio at
 `server.url` or at the file from `server.write_kubeconfig(path)`); `cdctl sim apiserver` runs it standalone.
 Faults on demand: `server.faults` (error shares, queued errors, delays), `drop_watches()`, and `restart()`,
-which keeps the store and the port.
+which keeps the store and the port. `server.rbac.load(objects)` enforces Roles and bindings for clients that
+connect with a service-account token (`write_kubeconfig(path, token=...)`; cdctl.sim.rbac).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from aiohttp import web
 
 from cdctl.sim.faults import FaultPlan
 from cdctl.sim.handlers import build_app
+from cdctl.sim.rbac import Rbac
 from cdctl.sim.settings import ServerSettings
 from cdctl.sim.store import ObjectStore
 
@@ -37,6 +39,7 @@ class ApiServer:
         self.settings = settings or ServerSettings()
         self.store = store or ObjectStore(history_window=self.settings.history_window)
         self.faults = faults or FaultPlan()
+        self.rbac = Rbac()  # enforced for service-account tokens once roles are loaded (cdctl.sim.rbac)
         self._runner: web.AppRunner | None = None
         self.restarts = 0
 
@@ -57,9 +60,8 @@ class ApiServer:
             return
         if self.settings.port == 0:
             self.settings.port = _free_port(self.settings.host)
-        runner = web.AppRunner(
-            build_app(self.store, self.settings, self.faults), shutdown_timeout=1.0, access_log=None
-        )
+        app = build_app(self.store, self.settings, self.faults, self.rbac)
+        runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.port, reuse_address=True)
         try:
@@ -86,20 +88,21 @@ class ApiServer:
         """End every open client watch now; returns how many there were."""
         return self.store.hub.close_all()
 
-    def kubeconfig(self) -> dict[str, Any]:
+    def kubeconfig(self, token: str = KUBECONFIG_TOKEN) -> dict[str, Any]:
+        """A kubeconfig for this server; `token` picks the identity (cdctl.sim.rbac.service_account_token)."""
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "cdctl-sim", "cluster": {"server": self.url}}],
-            "users": [{"name": "cdctl-sim", "user": {"token": KUBECONFIG_TOKEN}}],
+            "users": [{"name": "cdctl-sim", "user": {"token": token}}],
             "contexts": [{"name": "cdctl-sim", "context": {"cluster": "cdctl-sim", "user": "cdctl-sim"}}],
             "current-context": "cdctl-sim",
             "preferences": {},
         }
 
-    def write_kubeconfig(self, path: Path) -> Path:
+    def write_kubeconfig(self, path: Path, token: str = KUBECONFIG_TOKEN) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        path.write_text(yaml.safe_dump(self.kubeconfig(token), sort_keys=False))
         return path
 
     async def __aenter__(self) -> ApiServer:

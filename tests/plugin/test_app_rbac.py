@@ -1,0 +1,98 @@
+"""The plugin process under the chart's own RBAC: the simulated API server enforces the rendered roles for the
+plugin's service account, so a request the chart does not grant fails here as it would on a real cluster.
+
+A whole start, slice publishing, Prepare and Unprepare through the socket must be refused nothing; and
+without the Node `patch` verb, the Prepare fails with the API server's words instead of labelling the Node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from grpclib.client import Channel
+from helm_python import chart as hc
+
+from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
+from cdctl.k8s.rest import KubeApi
+from cdctl.plugin import nvml
+from cdctl.plugin.app import PluginProcess
+from cdctl.sim.rbac import service_account_token
+from cdctl.sim.server import ApiServer
+from tests.chart.conftest import CHART_DIR, render_objects
+from tests.plugin.test_app import U, config, seed_claim, slice_devices, until
+
+Env = tuple[ApiServer, KubeApi, Path]
+PLUGIN_ACCOUNT = service_account_token("default", "cdctl-kubelet-plugin")
+
+
+@pytest.fixture(scope="module")
+def chart_rbac() -> Iterator[list[dict[str, Any]]]:
+    chart = hc.Chart.load(CHART_DIR)
+    try:
+        # The namespace the test's cliques live in (the chart refuses "default" unless told).
+        objects = render_objects(chart, {"allowDefaultNamespace": True}, namespace="default")
+    finally:
+        chart.close()
+    yield [o for o in objects if o["kind"] in {"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}]
+
+
+def without_node_patch(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    trimmed = []
+    for obj in objects:
+        rules = [
+            {**rule, "verbs": [v for v in rule["verbs"] if v != "patch"]}
+            if "nodes" in rule.get("resources", [])
+            else rule
+            for rule in obj.get("rules") or []
+        ]
+        trimmed.append({**obj, "rules": rules} if "rules" in obj else obj)
+    return trimmed
+
+
+async def prepare_and_unprepare(env: Env, rbac: list[dict[str, Any]]) -> tuple[str, str]:
+    """Run the plugin as its service account; the Prepare's error ('' if none) and the Unprepare's."""
+    server, api, base = env
+    _, claim_uid = await seed_claim(api, f"{U}.7")
+    server.rbac.load(rbac)
+    kubeconfig = server.write_kubeconfig(base / "kubeconfig-plugin", PLUGIN_ACCOUNT)
+    cfg = dataclasses.replace(config(base), kubeconfig=str(kubeconfig))
+    stop = asyncio.Event()
+    process = PluginProcess(cfg, device_lib=nvml.FakeDeviceLib(cluster_uuid=U, clique_id=7))
+    task = asyncio.create_task(process.run(stop))
+    try:
+        await until(lambda: slice_devices(api), "slice")
+        assert process.servers is not None
+        channel = Channel(path=str(process.servers.paths.dra))
+        try:
+            stub = v1.DraPluginStub(channel)
+            ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
+            prepared = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
+            unprepared = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))
+        finally:
+            channel.close()
+    finally:
+        stop.set()
+        await task
+    return prepared.claims[claim_uid].error, unprepared.claims[claim_uid].error
+
+
+async def test_the_chart_grants_everything_the_plugin_asks_for(
+    env: Env, chart_rbac: list[dict[str, Any]]
+) -> None:
+    server, _, _ = env
+    assert await prepare_and_unprepare(env, chart_rbac) == ("", "")
+    assert server.rbac.denials == []
+
+
+async def test_a_verb_the_chart_does_not_grant_fails_the_prepare_with_the_servers_words(
+    env: Env, chart_rbac: list[dict[str, Any]]
+) -> None:
+    server, _, _ = env
+    prepare_error, _ = await prepare_and_unprepare(env, without_node_patch(chart_rbac))
+    assert "cannot patch resource" in prepare_error
+    assert any('cannot patch resource "nodes"' in denial for denial in server.rbac.denials)
