@@ -4,15 +4,15 @@ The simulated kubelet (cdctl.sim.kubelet) hands it every pod whose claims are pr
 accepts, it starts the container's `command` + `args` with the environment a container would see: the
 container's `env` (values and the downward-API fieldRefs metadata.name/namespace/uid, spec.nodeName,
 status.podIP/hostIP) plus the CDI edits of the pod's devices (cdctl.sim.cdiresolver). Probes run as the
-kubelet's probe workers do, one task per running container: the `startupProbe.exec` command from
-`initialDelaySeconds`, every `periodSeconds`, until it passes (its failureThreshold, 20 minutes for the IMEX
-daemon, is not enforced); then at once the `readinessProbe.exec` command (the kubelet triggers it when the
-startup probe succeeds) and every `periodSeconds` after, Ready flipping after `successThreshold` passes or
-`failureThreshold` failures in a row. Without a readiness probe the container is Ready once started. Each
-change of readiness is handed to `on_change` (the rack wakes the node's kubelet, which writes the pod status);
-`probe_period_s`, when set, replaces every period (tests). An exited process is restarted (probes start over)
-unless `restartPolicy` is Never. Stop sends SIGTERM. Other pods are Ready at once. Output goes to
-`<log_dir>/<namespace>_<pod>.log`. Used by the rack launcher.
+kubelet's probe workers do, one task per running container, each probe on a tick every `periodSeconds` from
+the container's start: the `startupProbe.exec` command from `initialDelaySeconds` until it passes (its
+failureThreshold, 20 minutes for the IMEX daemon, is not enforced); then at once the `readinessProbe.exec`
+command (the kubelet triggers it when the startup probe succeeds) and at every tick after, Ready flipping
+after `successThreshold` passes or `failureThreshold` failures in a row. Without a readiness probe the
+container is Ready once started. Each change of readiness is handed to `on_change` (the rack wakes the
+node's kubelet, which writes the pod status); `probe_period_s`, when set, replaces every period (tests). An
+exited process is restarted (probes start over) unless `restartPolicy` is Never. Stop sends SIGTERM. Other
+pods are Ready at once. Output goes to `<log_dir>/<namespace>_<pod>.log`. Used by the rack launcher.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import time
@@ -177,6 +178,13 @@ class ProcessRuntime:
             if self.on_change is not None:
                 self.on_change(pod)
 
+    async def _until_tick(self, began: float, probe: ExecProbe) -> None:
+        """Sleep to the probe's next tick: a kubelet probe worker ticks every period from its start, whatever
+        ran in between (so a probe triggered off the beat, as readiness after startup, waits less)."""
+        period = self._period(probe)
+        ticks = math.floor((time.monotonic() - began) / period) + 1
+        await asyncio.sleep(max(0.0, began + ticks * period - time.monotonic()))
+
     async def _probe_container(self, pod: dict[str, Any], running: _Running) -> None:
         container = self._container(pod)
         startup = ExecProbe.of(container, "startupProbe")
@@ -184,8 +192,8 @@ class ProcessRuntime:
         began = time.monotonic()
         if startup is not None:
             await asyncio.sleep(startup.initial_delay_s)
-            while not await self._passes(startup, running):  # noqa: ASYNC110 - a probe period, as kubelet
-                await asyncio.sleep(self._period(startup))
+            while not await self._passes(startup, running):
+                await self._until_tick(began, startup)
         running.started = True
         if readiness is None:
             self._set_ready(pod, running, True)
@@ -201,7 +209,7 @@ class ProcessRuntime:
                 passes, fails = 0, fails + 1
                 if fails >= readiness.failure_threshold:
                     self._set_ready(pod, running, False)
-            await asyncio.sleep(self._period(readiness))
+            await self._until_tick(began, readiness)
 
     async def _probe(self, command: list[str], env: dict[str, str]) -> bool:
         """Run one exec probe; it passes when the command exits 0."""
