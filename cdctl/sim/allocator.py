@@ -221,7 +221,7 @@ class Allocator:
             return
         claims_type = self.store.type_of(*CLAIMS)
         try:
-            claims = [self.store.get(claims_type, namespace, name) for name in names]
+            claims = [self.store.peek(claims_type, namespace, name) for name in names]  # read only
         except ApiError:
             return
         if any(c["metadata"].get("deletionTimestamp") for c in claims):

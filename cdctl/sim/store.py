@@ -67,6 +67,10 @@ class ObjectStore:
     def get(self, resource_type: ResourceType, namespace: str, name: str) -> dict[str, Any]:
         return copy.deepcopy(self._find(resource_type, namespace, name))
 
+    def peek(self, resource_type: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        """The stored object itself, for in-process readers that only read it (see `list_objects`)."""
+        return self._find(resource_type, namespace, name)
+
     def list_objects(
         self,
         resource_type: ResourceType,
