@@ -25,7 +25,7 @@ from cdctl.sim.claimtemplates import ClaimTemplateController
 from cdctl.sim.controllerloop import ControllerLoop
 from cdctl.sim.daemonsets import DaemonSetController
 from cdctl.sim.fakedriver import DriverFiles, write_driver_files
-from cdctl.sim.kubelet import ImmediateRuntime, PodRuntime, SimKubelet
+from cdctl.sim.kubelet import ImmediateRuntime, NodeRouter, PodRuntime, SimKubelet
 from cdctl.sim.server import ApiServer
 from cdctl.sim.settings import ServerSettings
 from cdctl.sim.topology import Topology, build_topology
@@ -59,6 +59,7 @@ class SimCluster:
         ]
         self.kubelets: dict[str, SimKubelet] = {}
         self._driver_files: dict[str, DriverFiles] = {}
+        router = NodeRouter(self.store)
         for index, node in enumerate(self.topology.nodes.values()):
             self.kubelets[node.name] = SimKubelet(
                 self.store,
@@ -69,6 +70,7 @@ class SimCluster:
                 pod_ip_prefix=f"10.{index // 250}.{index % 250}.",
                 runtime=self.runtime,
                 tick_s=kubelet_tick_s,
+                router=router,
             )
 
     @property

@@ -38,7 +38,7 @@ from cdctl.sim.objectmeta import now_rfc3339
 from cdctl.sim.pluginwatcher import PluginWatcher, RegisteredPlugin
 from cdctl.sim.podstatus import running_status, with_addresses
 from cdctl.sim.store import ObjectStore
-from cdctl.sim.watch import Watcher, WatchEvent
+from cdctl.sim.watch import StoredEvent, Watcher, WatchEvent
 
 log = logging.getLogger(__name__)
 PREPARE_TIMEOUT_S = 45.0
@@ -80,6 +80,35 @@ class ImmediateRuntime:
         return None
 
 
+class NodeRouter:
+    """Hands each committed write to the kubelets of the nodes it concerns (a pod bound there, a slice or an
+    allocated claim there; before or after the write), deciding that once per write: with a watch of its own
+    each of 144 kubelets judged every write of the cluster. Created by cdctl.sim.cluster for its kubelets."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._queues: dict[str, Watcher] = {}
+        store.hub.listeners.append(self._route)
+
+    def attach(self, node: str) -> Watcher:
+        watcher = Watcher(None, None, None, droppable=False)
+        self._queues[node] = watcher
+        return watcher
+
+    def detach(self, node: str) -> None:
+        self._queues.pop(node, None)
+
+    def _route(self, event: StoredEvent) -> None:
+        nodes: set[str] = set()
+        for obj in (event.obj, event.previous):
+            if obj is not None:
+                nodes.add(str((obj.get("spec") or {}).get("nodeName") or ""))
+                nodes.add(str(allocated_node(obj) or ""))
+        for node in nodes - {""}:
+            watcher = self._queues.get(node)
+            if watcher is not None:
+                watcher.queue.put_nowait(WatchEvent(event.type, event.obj, event.storage_key))
+
+
 @dataclass(frozen=True)
 class ClaimRef:
     namespace: str
@@ -104,6 +133,7 @@ class SimKubelet:
     pod_ip_prefix: str = "10.244.0."
     runtime: PodRuntime = field(default_factory=ImmediateRuntime)
     tick_s: float = 0.1
+    router: NodeRouter | None = None  # wakes this kubelet for writes that concern its node; else a watch
     slice_wipe_delay_s: float = 30.0  # the kubelet's defaultWipingDelay after a driver deregisters
     retry_backoff_s: float = (
         0.5  # first delay after a failed prepare; doubles per failure up to max_backoff_s
@@ -177,7 +207,10 @@ class SimKubelet:
     async def _run(self) -> None:
         # Woken by what concerns this node (its pods and slices, claims allocated on it), else every tick:
         # on a big rack every kubelet waking on every write of the cluster was most of the work.
-        watcher = self.store.watch(None, matches=self._concerns_this_node, droppable=False)
+        if self.router is not None:
+            watcher = self.router.attach(self.node_name)
+        else:
+            watcher = self.store.watch(None, matches=self._concerns_this_node, droppable=False)
         self._wake = watcher
         try:
             while True:
@@ -194,7 +227,10 @@ class SimKubelet:
                     watcher.queue.get_nowait()
         finally:
             self._wake = None
-            self.store.hub.release(watcher)
+            if self.router is not None:
+                self.router.detach(self.node_name)
+            else:
+                self.store.hub.release(watcher)
 
     def poke(self) -> None:
         """Run a pass soon (the runtime's probes changed a pod's readiness), as a watch event would."""

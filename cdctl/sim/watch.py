@@ -102,12 +102,16 @@ class WatchHub:
         self._history: deque[StoredEvent] = deque()
         self._watchers: set[Watcher] = set()
         self.compacted_resource_version = 0
+        # Called with every event, before the watchers: in-process routers (cdctl.sim.kubelet.NodeRouter).
+        self.listeners: list[Callable[[StoredEvent], None]] = []
 
     def publish(self, event: StoredEvent) -> None:
         self._history.append(event)
         while len(self._history) > self.window:
             dropped = self._history.popleft()
             self.compacted_resource_version = dropped.resource_version
+        for listener in self.listeners:
+            listener(event)
         for watcher in list(self._watchers):
             watcher.offer(event)
 
