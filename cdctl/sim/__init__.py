@@ -3,7 +3,8 @@
 Entry points:
 - `server.ApiServer`: the Kubernetes API server on loopback (`async with ApiServer() as s`, `s.url`,
   `s.write_kubeconfig(path)`, `s.faults`, `s.drop_watches()`, `await s.restart()`); `s.store` is the
-  in-process `store.ObjectStore` the stand-ins use.
+  in-process `store.ObjectStore` the stand-ins use; `s.rbac.load(objects)` enforces Roles and bindings for
+  clients with a service-account token (`rbac`; the tests run each component under the chart's roles).
 - `cluster.SimCluster`: API server + claim-template controller + allocator + DaemonSet controller + one
   `kubelet.SimKubelet` per node of a `topology.Topology` (racks of 18 nodes x 4 GPUs).
 - `topology`: fake NVLink cliques and fabric states; `NodeDeviceLib` implements the plugin's DeviceLib and
