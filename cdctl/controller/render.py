@@ -1,9 +1,10 @@
 """Pure renderers of the objects a ComputeDomain owns, field for field as the Go driver renders them.
 
 `workload_claim_template`, `daemon_claim_template` and `daemon_set` take the ComputeDomain (as a dict) and the
-controller settings and return the object to create; ResourceClaimTemplates come in the resource.k8s.io
-version the cluster serves. No ownerReferences (the Go driver sets none; teardown is explicit). Called by the
-reconcilers in cdctl.controller.resourceclaimtemplate and cdctl.controller.daemonset.
+controller settings and return the object to create (one deliberate difference: the daemon's readiness probe
+runs every 2 s with failureThreshold 3, not every 10 s with 1, see `daemon_set`); ResourceClaimTemplates come
+in the resource.k8s.io version the cluster serves. No ownerReferences (the Go driver sets none; teardown is
+explicit). Called by the reconcilers in cdctl.controller.resourceclaimtemplate and cdctl.controller.daemonset.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cdctl.domain.computedomains import (
 from cdctl.k8s.discovery import convert_claim_template
 
 JsonObject = dict[str, Any]
+READINESS_PERIOD_S = 2  # the daemon pods' readiness probe period (the Go driver's is 10 s; see daemon_set)
 DAEMON_SERVICE_ACCOUNT = "compute-domain-daemon-service-account"
 DAEMON_CONTAINER = "compute-domain-daemon"
 DAEMON_CLAIM = "compute-domain-daemon"
@@ -151,8 +153,13 @@ def daemon_set(cd: JsonObject, namespace: str, settings: ControllerSettings) -> 
                 "livenessProbe": _exec_probe(
                     initial_delay_s=0, period_s=60, timeout_s=10, failure_threshold=20
                 ),
+                # The Go driver probes readiness every 10 s (failureThreshold 1). While a clique fills, each
+                # new peer holds IMEX at NOT_READY until its own IMEX is up, so a probe landing in that gap
+                # left the pod NotReady, and its node's channel Prepare waiting, for the rest of 10 s. Every
+                # 2 s with failureThreshold 3: a pod turns Ready within 2 s of IMEX, a gap of under 4 s
+                # does not take a Ready pod out, and a failed daemon is NotReady within 6 s (10 s before).
                 "readinessProbe": _exec_probe(
-                    initial_delay_s=0, period_s=10, timeout_s=10, failure_threshold=1
+                    initial_delay_s=0, period_s=READINESS_PERIOD_S, timeout_s=10, failure_threshold=3
                 ),
             }
         ],

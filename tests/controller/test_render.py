@@ -178,7 +178,7 @@ def test_daemonset_has_every_field_of_the_reference() -> None:
     } == {
         "startupProbe": (1, 10, 1200),
         "livenessProbe": (60, 10, 20),
-        "readinessProbe": (10, 10, 1),
+        "readinessProbe": (2, 10, 3),  # the Go driver's is (10, 10, 1): see cdctl.controller.render
     }
     assert all(p["exec"]["command"] == ["cdctl", "daemon", "check"] for p in probes.values())
 
