@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import structlog
 
 from cdctl.api.refs import DomainInfo
+from cdctl.domain.computedomains import LABEL_CLIQUE_ID
 from cdctl.domain.errors import PermanentError, RetriableError
 from cdctl.k8s import nodes
 from cdctl.k8s.errors import KubeApiError, NotFoundError
@@ -105,9 +106,13 @@ class KubeClusterPort:
 
     # ---- watched copies
 
-    def start(self, node: str | None = None) -> None:
+    def start(self, node: str | None = None, clique_id: str | None = None) -> None:
         """Follow ComputeDomains, ResourceClaims (unless `watch_claims` is off), ComputeDomainCliques of the
-        driver namespace (gate on) and `node` (its label is then decided on the watched copy)."""
+        driver namespace (gate on) and `node` (its label is then decided on the watched copy).
+
+        With this node's `clique_id` known, only that clique's objects are followed (by the cliqueID label
+        every clique carries): the node only ever asks about `<domainUID>.<its cliqueID>`, and a multi-rack
+        domain's clique writes then reach one rack's plugins instead of every node's."""
         self._follow("computedomain", lambda: Informer(self.api, COMPUTE_DOMAINS), self._domain_seen)
         if node:
             self._follow(
@@ -118,7 +123,12 @@ class KubeClusterPort:
         if self.use_cliques:
             self._follow(
                 "clique",
-                lambda: Informer(self.api, COMPUTE_DOMAIN_CLIQUES, namespace=self.driver_namespace),
+                lambda: Informer(
+                    self.api,
+                    COMPUTE_DOMAIN_CLIQUES,
+                    namespace=self.driver_namespace,
+                    label_selector=f"{LABEL_CLIQUE_ID}={clique_id}" if clique_id else None,
+                ),
                 self._clique_seen,
             )
         if self.watch_claims:

@@ -218,7 +218,7 @@ class PluginProcess:
         )  # fmt: skip
         # The Node (label decisions) and cliques (daemon readiness) are followed only where there are daemons:
         # under HostManagedIMEX the chart grants neither watch.
-        self.cluster.start(None if self.host_managed else cfg.node_name)
+        self.cluster.start(None if self.host_managed else cfg.node_name, self.fabric.clique_id or None)
         settings = PrepareSettings(
             node=cfg.node_name,
             plugin_dir=cfg.plugin_dir,

@@ -114,7 +114,13 @@ async def seed_claim(api: KubeApi, clique: str) -> tuple[str, str]:
         {
             "apiVersion": "resource.nvidia.com/v1beta1",
             "kind": "ComputeDomainClique",
-            "metadata": {"name": f"{uid}.{clique}"},
+            "metadata": {
+                "name": f"{uid}.{clique}",
+                "labels": {
+                    "resource.nvidia.com/computeDomain": uid,
+                    "resource.nvidia.com/computeDomain.cliqueID": clique,
+                },
+            },
             "daemons": [daemon],
         },
     )

@@ -13,6 +13,7 @@ import pytest
 
 from cdctl.api.refs import COMPUTE_DOMAIN_LABEL, DomainInfo
 from cdctl.domain import claims as c
+from cdctl.domain.computedomains import LABEL_CLIQUE_ID
 from cdctl.k8s import plugincluster
 from cdctl.k8s.informer import Observation
 from cdctl.k8s.plugincluster import KubeClusterPort
@@ -83,13 +84,14 @@ async def make_claim(api: KubeApi, name: str, domain_uid: str) -> str:
     return str(claim["metadata"]["uid"])
 
 
-async def put_clique(api: KubeApi, domain: DomainInfo, status: str) -> None:
-    name = f"{domain.uid}.{CLIQUE}"
-    daemons = [{"nodeName": NODE, "ipAddress": "10.0.0.1", "cliqueID": CLIQUE, "index": 0, "status": status}]
+async def put_clique(api: KubeApi, domain: DomainInfo, status: str, clique: str = CLIQUE) -> None:
+    name = f"{domain.uid}.{clique}"
+    daemons = [{"nodeName": NODE, "ipAddress": "10.0.0.1", "cliqueID": clique, "index": 0, "status": status}]
     existing = await api.get_or_none(f"{CLIQUES}/{name}")
     if existing is None:
         body = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainClique"}
-        await api.create(CLIQUES, {**body, "metadata": {"name": name}, "daemons": daemons})
+        labels = {COMPUTE_DOMAIN_LABEL: domain.uid, LABEL_CLIQUE_ID: clique}  # as every clique carries
+        await api.create(CLIQUES, {**body, "metadata": {"name": name, "labels": labels}, "daemons": daemons})
     else:
         await api.replace(f"{CLIQUES}/{name}", {**existing, "daemons": daemons})
 
@@ -272,5 +274,20 @@ async def test_a_failed_informer_drops_its_copies_and_lists_again(
         await cluster.until(lambda: bool(failures) and not cluster.synced("resourceclaim"))
         assert cluster.cached_claim("default", "rc", uid) is None  # nothing stale is served
         await cluster.until(lambda: cluster.synced("resourceclaim") and allocated(cluster, uid))
+    finally:
+        await cluster.close()
+
+
+async def test_with_its_clique_known_a_node_follows_only_its_own_cliques(env: Env) -> None:
+    _, api, _ = env
+    cluster = port(api)
+    cluster.start(NODE, CLIQUE)
+    try:
+        await cluster.until(lambda: cluster.synced("computedomain", "node", "clique"))
+        domain = await make_domain(api)
+        await put_clique(api, domain, "Ready", clique="another-rack.3")  # another rack's clique of the domain
+        await put_clique(api, domain, "Ready")
+        await cluster.until(lambda: cluster.watched_ready(domain, NODE, CLIQUE))
+        assert not cluster.watched_ready(domain, NODE, "another-rack.3")  # never delivered to this node
     finally:
         await cluster.close()
