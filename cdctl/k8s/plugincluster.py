@@ -276,10 +276,13 @@ class KubeClusterPort:
         self._remember_node(node, written)
 
     def watched_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
-        """Ready per the watched clique (gate on, a clique ID), else per the watched domain's status.nodes."""
+        """Ready per the watched clique's entry for `node` (gate on, a clique ID), else per the watched
+        domain's status.nodes: the same order as the live reads of `daemon_ready`."""
         if self.use_cliques and clique_id:
             clique = self._cliques.get(f"{domain.uid}.{clique_id}") or {}
-            return _node_ready(clique.get("daemons"), "nodeName", node)
+            for daemon in clique.get("daemons") or []:
+                if daemon.get("nodeName") == node:
+                    return bool(daemon.get("status") == READY)
         watched = self._domain_objs.get(domain.uid) or {}
         return _node_ready((watched.get("status") or {}).get("nodes"), "name", node)
 
@@ -287,10 +290,16 @@ class KubeClusterPort:
         await self.until(lambda: self.watched_ready(domain, node, clique_id))
 
     async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
-        """Ready per the watched copies (no request); anything short of Ready is read fresh: the clique,
-        else the domain. The caller's retry of "not ready" therefore re-checks both."""
+        """Ready per the watched copies (no request). While those watches are listed and running, "not
+        ready" is their answer too: the waiting Prepare is woken by the change that makes it Ready
+        (`until_ready`), and re-reading a 144-node domain on every retry of every node only loads the API
+        server. Without them (not listed yet, or an informer that failed), it is read fresh: the clique,
+        else the domain."""
         if self.watched_ready(domain, node, clique_id):
             return True
+        following = ("computedomain", "clique") if self.use_cliques and clique_id else ("computedomain",)
+        if self.synced(*following):
+            return False
         if self.use_cliques and clique_id:
             path = COMPUTE_DOMAIN_CLIQUES.object_path(self.driver_namespace, f"{domain.uid}.{clique_id}")
             clique = await _mapped("reading ComputeDomainClique", lambda: self.api.get_or_none(path))

@@ -291,3 +291,19 @@ async def test_with_its_clique_known_a_node_follows_only_its_own_cliques(env: En
         assert not cluster.watched_ready(domain, NODE, "another-rack.3")  # never delivered to this node
     finally:
         await cluster.close()
+
+
+async def test_not_ready_is_the_watches_answer_while_they_run_and_a_fresh_read_without_them(
+    watched: tuple[KubeApi, KubeClusterPort, Requests],
+) -> None:
+    api, cluster, requests = watched
+    domain = await make_domain(api)
+    await put_clique(api, domain, "NotReady")
+    requests.take()
+    async with requests.recording():
+        assert not await cluster.daemon_ready(domain, NODE, CLIQUE)
+    assert requests.take() == []  # no clique or domain read on each retry of each waiting node
+    unwatched = port(api)  # never started: nothing followed, so "not ready" must be read fresh
+    async with requests.recording():
+        assert not await unwatched.daemon_ready(domain, NODE, CLIQUE)
+    assert requests.take() == [("GET", f"{CLIQUES}/{domain.uid}.{CLIQUE}")]
