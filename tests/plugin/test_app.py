@@ -5,8 +5,9 @@ the socket that ends up as a claim_lifecycle row."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,12 +156,12 @@ async def seed_claim(api: KubeApi, clique: str) -> tuple[str, str]:
     return uid, claim["metadata"]["uid"]
 
 
-async def test_prepare_through_the_socket_lands_in_claim_lifecycle(
-    env: tuple[ApiServer, KubeApi, Path],
-) -> None:
-    _, api, base = env
-    domain_uid, claim_uid = await seed_claim(api, f"{U}.7")
-    cfg = dataclasses.replace(config(base), http_endpoint="127.0.0.1:0")
+@contextlib.asynccontextmanager
+async def serving_plugin(
+    cfg: PluginConfig, api: KubeApi
+) -> AsyncIterator[tuple[PluginProcess, v1.DraPluginStub]]:
+    """The whole plugin process on `cfg` (fake NVML, clique `<U>.7`), once its slice is published, and a DRA
+    client on its socket; stopped on exit."""
     stop = asyncio.Event()
     process = PluginProcess(cfg, device_lib=nvml.FakeDeviceLib(cluster_uuid=U, clique_id=7))
     task = asyncio.create_task(process.run(stop))
@@ -169,32 +170,41 @@ async def test_prepare_through_the_socket_lands_in_claim_lifecycle(
         assert process.servers is not None
         channel = Channel(path=str(process.servers.paths.dra))
         try:
-            stub = v1.DraPluginStub(channel)
-            ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
-            resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
-            assert resp.claims[claim_uid].error == ""
-            assert resp.claims[claim_uid].devices[0].cdi_device_ids == [
-                f"k8s.compute-domain.nvidia.com/claim={claim_uid}-channel-0"
-            ]
-            node = await api.get(f"/api/v1/nodes/{NODE}")
-            assert node["metadata"]["labels"]["resource.nvidia.com/computeDomain"] == domain_uid
-            assert process.http is not None
-            async with (
-                aiohttp.ClientSession() as http,
-                http.get(f"http://127.0.0.1:{process.http.port}/metrics") as got,
-            ):
-                text = await got.text()
-            d = 'driver="compute-domain.nvidia.com"'
-            assert f'nvidia_dra_requests_total{{{d},operation="prepare"}} 1.0' in text
-            assert f'nvidia_dra_requests_total{{{d},operation="unprepare"}} 0.0' in text
-            assert f'nvidia_dra_prepared_devices{{device_type="channel",{d},node="{NODE}"}} 1.0' in text
-            unresp = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))
-            assert unresp.claims[claim_uid].error == ""
+            yield process, v1.DraPluginStub(channel)
         finally:
             channel.close()
     finally:
         stop.set()
         await task
+
+
+async def test_prepare_through_the_socket_lands_in_claim_lifecycle(
+    env: tuple[ApiServer, KubeApi, Path],
+) -> None:
+    _, api, base = env
+    domain_uid, claim_uid = await seed_claim(api, f"{U}.7")
+    cfg = dataclasses.replace(config(base), http_endpoint="127.0.0.1:0")
+    async with serving_plugin(cfg, api) as (process, stub):
+        ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
+        resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
+        assert resp.claims[claim_uid].error == ""
+        assert resp.claims[claim_uid].devices[0].cdi_device_ids == [
+            f"k8s.compute-domain.nvidia.com/claim={claim_uid}-channel-0"
+        ]
+        node = await api.get(f"/api/v1/nodes/{NODE}")
+        assert node["metadata"]["labels"]["resource.nvidia.com/computeDomain"] == domain_uid
+        assert process.http is not None
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{process.http.port}/metrics") as got,
+        ):
+            text = await got.text()
+        d = 'driver="compute-domain.nvidia.com"'
+        assert f'nvidia_dra_requests_total{{{d},operation="prepare"}} 1.0' in text
+        assert f'nvidia_dra_requests_total{{{d},operation="unprepare"}} 0.0' in text
+        assert f'nvidia_dra_prepared_devices{{device_type="channel",{d},node="{NODE}"}} 1.0' in text
+        unresp = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))
+        assert unresp.claims[claim_uid].error == ""
     store = await SqliteEventStore.open(cfg.db_path, read_only=True)
     try:
         rows = await store.query(

@@ -7,24 +7,20 @@ without the Node `patch` verb, the Prepare fails with the API server's words ins
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from grpclib.client import Channel
 from helm_python import chart as hc
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.k8s.rest import KubeApi
-from cdctl.plugin import nvml
-from cdctl.plugin.app import PluginProcess
 from cdctl.sim.rbac import service_account_token
 from cdctl.sim.server import ApiServer
 from tests.chart.conftest import CHART_DIR, render_objects
-from tests.plugin.test_app import U, config, seed_claim, slice_devices, until
+from tests.plugin.test_app import U, config, seed_claim, serving_plugin
 
 Env = tuple[ApiServer, KubeApi, Path]
 PLUGIN_ACCOUNT = service_account_token("default", "cdctl-kubelet-plugin")
@@ -61,23 +57,10 @@ async def prepare_and_unprepare(env: Env, rbac: list[dict[str, Any]]) -> tuple[s
     server.rbac.load(rbac)
     kubeconfig = server.write_kubeconfig(base / "kubeconfig-plugin", PLUGIN_ACCOUNT)
     cfg = dataclasses.replace(config(base), kubeconfig=str(kubeconfig))
-    stop = asyncio.Event()
-    process = PluginProcess(cfg, device_lib=nvml.FakeDeviceLib(cluster_uuid=U, clique_id=7))
-    task = asyncio.create_task(process.run(stop))
-    try:
-        await until(lambda: slice_devices(api), "slice")
-        assert process.servers is not None
-        channel = Channel(path=str(process.servers.paths.dra))
-        try:
-            stub = v1.DraPluginStub(channel)
-            ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
-            prepared = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
-            unprepared = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))
-        finally:
-            channel.close()
-    finally:
-        stop.set()
-        await task
+    async with serving_plugin(cfg, api) as (_, stub):
+        ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
+        prepared = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
+        unprepared = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))
     return prepared.claims[claim_uid].error, unprepared.claims[claim_uid].error
 
 
