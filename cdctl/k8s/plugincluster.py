@@ -14,10 +14,10 @@ already met makes the claim GET and the label write (when the label is missing),
 * The node's label is decided on the watched copy of the Node: no request when it already carries the right
   value; writes carry the copy's resourceVersion, so a stale copy answers 409 and the write re-reads
   (cdctl.k8s.nodes). The copy written is remembered (read-your-writes).
-* Daemon readiness: the watched ComputeDomainClique `<uid>.<cliqueID>` in the driver namespace (gate
-  ComputeDomainCliques) or, without one, the watched domain's `status.nodes`, when it says Ready; anything
-  else is read fresh, so the retriable "not ready" wait re-checks on every retry; `until_ready` returns
-  when a watch event makes the copy say Ready, which ends that wait early.
+* Daemon readiness: this node's entry in the watched ComputeDomainClique `<uid>.<cliqueID>` of the driver
+  namespace (gate ComputeDomainCliques), else in the watched domain's `status.nodes`. While those watches
+  run, their "not ready" is the answer and `until_ready` returns when a watch event makes the copy say
+  Ready, which ends the retriable wait early; without them the same order is read fresh.
 
 API errors become RetriableError or PermanentError here.
 """
@@ -59,9 +59,18 @@ def _uid(obj: JsonObject | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("uid", ""))
 
 
-def _node_ready(entries: list[JsonObject] | None, key: str, node: str) -> bool:
-    """Whether the list entry for `node` (daemons by nodeName, status.nodes by name) says Ready."""
-    return any(entry.get(key) == node and entry.get("status") == READY for entry in entries or [])
+def _clique_status(clique: JsonObject | None, node: str) -> str | None:
+    """The status of `node`'s daemon entry in a ComputeDomainClique; None when it has no entry."""
+    for daemon in (clique or {}).get("daemons") or []:
+        if daemon.get("nodeName") == node:
+            return str(daemon.get("status"))
+    return None
+
+
+def _domain_ready(domain: JsonObject | None, node: str) -> bool:
+    """Whether the ComputeDomain's status.nodes entry for `node` says Ready."""
+    entries = ((domain or {}).get("status") or {}).get("nodes") or []
+    return any(entry.get("name") == node and entry.get("status") == READY for entry in entries)
 
 
 async def _mapped(what: str, call: Callable[[], Awaitable[T]]) -> T:
@@ -279,12 +288,10 @@ class KubeClusterPort:
         """Ready per the watched clique's entry for `node` (gate on, a clique ID), else per the watched
         domain's status.nodes: the same order as the live reads of `daemon_ready`."""
         if self.use_cliques and clique_id:
-            clique = self._cliques.get(f"{domain.uid}.{clique_id}") or {}
-            for daemon in clique.get("daemons") or []:
-                if daemon.get("nodeName") == node:
-                    return bool(daemon.get("status") == READY)
-        watched = self._domain_objs.get(domain.uid) or {}
-        return _node_ready((watched.get("status") or {}).get("nodes"), "name", node)
+            status = _clique_status(self._cliques.get(f"{domain.uid}.{clique_id}"), node)
+            if status is not None:
+                return status == READY
+        return _domain_ready(self._domain_objs.get(domain.uid), node)
 
     async def until_ready(self, domain: DomainInfo, node: str, clique_id: str) -> None:
         await self.until(lambda: self.watched_ready(domain, node, clique_id))
@@ -303,12 +310,12 @@ class KubeClusterPort:
         if self.use_cliques and clique_id:
             path = COMPUTE_DOMAIN_CLIQUES.object_path(self.driver_namespace, f"{domain.uid}.{clique_id}")
             clique = await _mapped("reading ComputeDomainClique", lambda: self.api.get_or_none(path))
-            for daemon in (clique or {}).get("daemons") or []:
-                if daemon.get("nodeName") == node:
-                    return bool(daemon.get("status") == READY)
+            status = _clique_status(clique, node)
+            if status is not None:
+                return status == READY
         cd_path = COMPUTE_DOMAINS.object_path(domain.namespace, domain.name)
         cd = await _mapped("reading ComputeDomain", lambda: self.api.get_or_none(cd_path))
-        return _node_ready(((cd or {}).get("status") or {}).get("nodes"), "name", node)
+        return _domain_ready(cd, node)
 
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
         try:
