@@ -80,6 +80,13 @@ class ImmediateRuntime:
         return None
 
 
+def concerned_nodes(obj: Mapping[str, Any]) -> set[str]:
+    """The nodes a write of `obj` concerns: a pod or slice bound there (spec.nodeName), a claim allocated
+    there."""
+    nodes = {str((obj.get("spec") or {}).get("nodeName") or ""), str(allocated_node(dict(obj)) or "")}
+    return nodes - {""}
+
+
 class NodeRouter:
     """Hands each committed write to the kubelets of the nodes it concerns (a pod bound there, a slice or an
     allocated claim there; before or after the write), deciding that once per write: with a watch of its own
@@ -98,12 +105,10 @@ class NodeRouter:
         self._queues.pop(node, None)
 
     def _route(self, event: StoredEvent) -> None:
-        nodes: set[str] = set()
-        for obj in (event.obj, event.previous):
-            if obj is not None:
-                nodes.add(str((obj.get("spec") or {}).get("nodeName") or ""))
-                nodes.add(str(allocated_node(obj) or ""))
-        for node in nodes - {""}:
+        nodes = concerned_nodes(event.obj)
+        if event.previous is not None:
+            nodes |= concerned_nodes(event.previous)
+        for node in nodes:
             watcher = self._queues.get(node)
             if watcher is not None:
                 watcher.queue.put_nowait(WatchEvent(event.type, event.obj, event.storage_key))
@@ -238,9 +243,7 @@ class SimKubelet:
             self._wake.queue.put_nowait(WatchEvent("POKED", {}, PODS))
 
     def _concerns_this_node(self, obj: Mapping[str, Any]) -> bool:
-        if (obj.get("spec") or {}).get("nodeName") == self.node_name:
-            return True
-        return allocated_node(dict(obj)) == self.node_name
+        return self.node_name in concerned_nodes(obj)
 
     def _wipe_slices_of_gone_drivers(self) -> None:
         """Delete a driver's slices on this node once it has had no registered plugin for the wipe delay."""
