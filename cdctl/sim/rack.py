@@ -14,7 +14,8 @@
    processes start from a fork server that has imported cdctl once (cdctl.sim.forkserver), and the daemons'
    probes from a second, small one that imported only `cdctl daemon check`, unless `fork_server=False`:
    each is still its own process, without a second of imports apiece. The daemon pods are probed as
-   their spec says (startup every 1 s, readiness at once after it and every 10 s: `probe_period_s=None`).
+   their spec says (its startupProbe, then at once and every period its readinessProbe:
+   `probe_period_s=None`).
 It returns once every plugin has registered with its kubelet and published its ResourceSlice. Leaving the
 block stops the children with SIGTERM (the daemons first), then the cluster. Used by cdctl.sim.scenario,
 the integration tests and bench/formation.py.
