@@ -352,7 +352,7 @@ def build_app(
             await asyncio.sleep(decision.delay_s)
         if decision.error is not None:
             return error_response(decision.error)
-        if rbac is not None and rbac.enforcing:
+        if rbac is not None:
             denied = rbac.check_request(
                 request.headers.get("Authorization"), request.method, request.path, request.query
             )

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdctl.sim.errors import Forbidden
+from cdctl.sim.queryparams import is_true
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
-_TRUE = {"1", "true", "True"}
 
 
 def service_account_token(namespace: str, name: str) -> str:
@@ -71,7 +71,7 @@ def request_attributes(method: str, path: str, query: Mapping[str, str]) -> Requ
         elif name:
             verb = "get"
         else:
-            verb = "watch" if query.get("watch") in _TRUE else "list"
+            verb = "watch" if is_true(query.get("watch")) else "list"
     return RequestAttributes(verb, group, resource, namespace, name)
 
 
