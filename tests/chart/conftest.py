@@ -67,6 +67,17 @@ def render_objects(
     return objects
 
 
+def chart_rbac(namespace: str, values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The Roles, ClusterRoles and bindings the chart renders into `namespace`: what the simulated API server
+    enforces when a component test runs under the chart's own RBAC (cdctl.sim.rbac)."""
+    chart = hc.Chart.load(CHART_DIR)
+    try:
+        objects = render_objects(chart, values, namespace=namespace)
+    finally:
+        chart.close()
+    return [o for o in objects if o["kind"] in {"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}]
+
+
 def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
 

@@ -9,26 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helm_python import chart as hc
-
 from cdctl.sim.rbac import service_account_token
-from tests.chart.conftest import CHART_DIR, render_objects
+from tests.chart.conftest import chart_rbac
 from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, Cluster, eventually
-
-RBAC_KINDS = {"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}
-
-
-def chart_rbac() -> list[dict[str, object]]:
-    chart = hc.Chart.load(CHART_DIR)
-    try:
-        return [o for o in render_objects(chart, namespace=DRIVER_NAMESPACE) if o["kind"] in RBAC_KINDS]
-    finally:
-        chart.close()
 
 
 async def test_a_domains_life_needs_nothing_the_chart_does_not_grant(tmp_path: Path) -> None:
     async with Cluster(tmp_path) as cluster:
-        cluster.server.rbac.load(chart_rbac())
+        cluster.server.rbac.load(chart_rbac(DRIVER_NAMESPACE))
         token = service_account_token(DRIVER_NAMESPACE, "cdctl-controller")
         cluster.server.write_kubeconfig(cluster.kubeconfig, token)  # the controller connects as its account
         _, manager = await cluster.start_controller(wait_synced=False)

@@ -6,25 +6,18 @@ Two daemons labelling their pods, following their clique to READY and stopping m
 
 from __future__ import annotations
 
-from helm_python import chart as hc
-
 from cdctl.domain.computedomains import DaemonEntry
 from cdctl.sim.rbac import service_account_token
 from cdctl.sim.server import ApiServer
-from tests.chart.conftest import CHART_DIR, render_objects
+from tests.chart.conftest import chart_rbac
 from tests.daemon.conftest import FakeImex, eventually
 from tests.daemon.rig import CLIQUE, DRIVER_NAMESPACE, open_rig
 
-RBAC_KINDS = {"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}
 ACCOUNT = service_account_token(DRIVER_NAMESPACE, "compute-domain-daemon-service-account")
 
 
 async def test_daemons_need_nothing_the_chart_does_not_grant(fake_imex: FakeImex) -> None:
-    chart = hc.Chart.load(CHART_DIR)
-    try:
-        rbac = [o for o in render_objects(chart, namespace=DRIVER_NAMESPACE) if o["kind"] in RBAC_KINDS]
-    finally:
-        chart.close()
+    rbac = chart_rbac(DRIVER_NAMESPACE)
     async with ApiServer() as server:
         rig = await open_rig(server, fake_imex)
         try:

@@ -8,18 +8,16 @@ without the Node `patch` verb, the Prepare fails with the API server's words ins
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helm_python import chart as hc
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.k8s.rest import KubeApi
 from cdctl.sim.rbac import service_account_token
 from cdctl.sim.server import ApiServer
-from tests.chart.conftest import CHART_DIR, render_objects
+from tests.chart.conftest import chart_rbac
 from tests.plugin.test_app import U, config, seed_claim, serving_plugin
 
 Env = tuple[ApiServer, KubeApi, Path]
@@ -27,14 +25,9 @@ PLUGIN_ACCOUNT = service_account_token("default", "cdctl-kubelet-plugin")
 
 
 @pytest.fixture(scope="module")
-def chart_rbac() -> Iterator[list[dict[str, Any]]]:
-    chart = hc.Chart.load(CHART_DIR)
-    try:
-        # The namespace the test's cliques live in (the chart refuses "default" unless told).
-        objects = render_objects(chart, {"allowDefaultNamespace": True}, namespace="default")
-    finally:
-        chart.close()
-    yield [o for o in objects if o["kind"] in {"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}]
+def plugin_rbac() -> list[dict[str, Any]]:
+    # The namespace the test's cliques live in (the chart refuses "default" unless told).
+    return chart_rbac("default", {"allowDefaultNamespace": True})
 
 
 def without_node_patch(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -65,17 +58,17 @@ async def prepare_and_unprepare(env: Env, rbac: list[dict[str, Any]]) -> tuple[s
 
 
 async def test_the_chart_grants_everything_the_plugin_asks_for(
-    env: Env, chart_rbac: list[dict[str, Any]]
+    env: Env, plugin_rbac: list[dict[str, Any]]
 ) -> None:
     server, _, _ = env
-    assert await prepare_and_unprepare(env, chart_rbac) == ("", "")
+    assert await prepare_and_unprepare(env, plugin_rbac) == ("", "")
     assert server.rbac.denials == []
 
 
 async def test_a_verb_the_chart_does_not_grant_fails_the_prepare_with_the_servers_words(
-    env: Env, chart_rbac: list[dict[str, Any]]
+    env: Env, plugin_rbac: list[dict[str, Any]]
 ) -> None:
     server, _, _ = env
-    prepare_error, _ = await prepare_and_unprepare(env, without_node_patch(chart_rbac))
+    prepare_error, _ = await prepare_and_unprepare(env, without_node_patch(plugin_rbac))
     assert "cannot patch resource" in prepare_error
     assert any('cannot patch resource "nodes"' in denial for denial in server.rbac.denials)
