@@ -79,20 +79,37 @@ is_address() {  # 0 for a dotted IPv4 address or anything with a colon (IPv6)
   return 0
 }
 
-resolve() {  # $resolved: the first address the hosts file gives name $1, else empty
-  resolved=
-  name=$1
+host_words=
+host_words_read=
+read_hosts() {  # $host_words: each line of the hosts file as "@ address name...", comments dropped
+  host_words_read=1
   [ -f "$hosts" ] && [ -r "$hosts" ] || return 0
   while IFS= read -r host_line || [ -n "$host_line" ]; do
     host_line=${host_line%%#*}
     set -- $host_line
     [ $# -ge 2 ] || continue
-    ip=$1
-    shift
-    for candidate; do
-      if [ "$candidate" = "$name" ]; then resolved=$ip; return 0; fi
-    done
+    host_words="$host_words @ $*"
   done < "$hosts"
+}
+
+resolve() {  # $resolved: the first address the hosts file gives name $1, else empty
+  # The file is read once per call of the script: `read` takes a byte per system call, and reading the file
+  # again for every peer was most of a probe's time.
+  resolved=
+  [ -n "$host_words_read" ] || read_hosts
+  ip=
+  next_is_ip=
+  for word in $host_words; do
+    if [ -n "$next_is_ip" ]; then
+      ip=$word
+      next_is_ip=
+      continue
+    fi
+    case $word in
+      @) next_is_ip=1 ;;
+      "$1") resolved=$ip; return 0 ;;
+    esac
+  done
   return 0
 }
 

@@ -40,6 +40,10 @@ def _write_hosts(path: Path) -> None:
     )
 
 
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
 def _write_slot_hosts(path: Path) -> None:
     path.write_text("10.0.0.1\tslot-0\n192.0.2.1\tslot-1\n10.0.0.3\tslot-2\n")
 
@@ -137,6 +141,34 @@ async def test_names_resolve_through_the_hosts_file_and_unresolved_names_are_ski
     ]
     await _start(imex_env, second, daemons)
     assert await _query(imex_env, first, "-q") == (0, "READY\n")
+
+
+async def test_a_name_takes_the_first_line_that_maps_it_and_comments_map_nothing(
+    tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
+) -> None:
+    _write_text(
+        Path(imex_env["CDCTL_FAKE_IMEX_HOSTS"]),
+        "127.0.0.1 localhost\n"
+        "10.0.0.1\tself-alias compute-domain-daemon-0000  # a trailing comment\n"
+        "10.0.0.5\n"  # an address alone maps no name
+        "10.0.0.2 compute-domain-daemon-0001\n"
+        "10.0.0.9 compute-domain-daemon-0000\n"  # a later line for a name already mapped
+        "#10.0.0.3 compute-domain-daemon-0002\n",
+    )
+    names = ["compute-domain-daemon-0000", "self-alias", "compute-domain-daemon-0001"]
+    names += ["compute-domain-daemon-0002", "@", "10.0.0.5"]
+    config = _write_config(tmp_path / "a", "10.0.0.1", names)
+    await _start(imex_env, config, daemons)
+    code, listing = await _query(imex_env, config, "-N")
+    assert code == 0
+    assert listing.splitlines() == [
+        "compute-domain-daemon-0000\tUP",
+        "self-alias\tUP",
+        "compute-domain-daemon-0001\tDOWN",
+        "compute-domain-daemon-0002\tUNRESOLVED",
+        "@\tUNRESOLVED",
+        "10.0.0.5\tDOWN",
+    ]
 
 
 async def test_sigusr1_rereads_the_node_list(
