@@ -62,7 +62,7 @@ def _claim_progress(rack: Rack, pod: dict[str, Any], prepared: bool) -> str:
     if not names:
         return ""
     try:
-        claim = rack.store.get(
+        claim = rack.store.peek(
             rack.store.type_of(RESOURCE_GROUP, "resourceclaims"), pod["metadata"]["namespace"], names[0]
         )
     except NotFound:

@@ -76,10 +76,16 @@ def _convert_resource_group(obj: dict[str, Any], plural: str, to_beta1: bool) ->
 
 
 def convert(obj: dict[str, Any], source: ResourceType, target: ResourceType) -> dict[str, Any]:
-    """A copy of `obj` (served as `source`) in the shape of `target` (same group and resource)."""
-    converted = copy.deepcopy(obj)
+    """`obj` (served as `source`) in the shape of `target` (same group and resource), in a new top-level dict.
+
+    Only a change between resource.k8s.io versions rewrites nested parts, so only then is the whole object
+    copied; otherwise the nested parts are `obj`'s own: callers serialize the result, or store it as the new
+    object of a write (a request body nobody else holds)."""
     if source.group == "resource.k8s.io" and (source.version == "v1beta1") != (target.version == "v1beta1"):
+        converted = copy.deepcopy(obj)
         _convert_resource_group(converted, source.plural, to_beta1=target.version == "v1beta1")
+    else:
+        converted = dict(obj)
     if "apiVersion" in converted or "kind" in converted:
         converted["apiVersion"] = target.api_version
         converted["kind"] = target.kind

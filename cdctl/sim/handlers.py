@@ -187,8 +187,9 @@ class ApiRoutes:
         return _json(body, status)
 
     def _read(self, target: Target) -> dict[str, Any]:
+        """The stored object itself: a read only serializes it (`_respond` converts into a new dict)."""
         assert target.name is not None
-        return self.store.get(self._storage(target), self._namespace(target), target.name)
+        return self.store.peek(self._storage(target), self._namespace(target), target.name)
 
     def _filter(self, request: web.Request, resource_type: ResourceType) -> Any:
         labels = parse_label_selector(request.query.get("labelSelector"))
@@ -197,7 +198,10 @@ class ApiRoutes:
 
     def _list(self, request: web.Request, target: Target) -> web.Response:
         items, resource_version = self.store.list_objects(
-            self._storage(target), target.namespace, self._filter(request, target.resource_type)
+            self._storage(target),
+            target.namespace,
+            self._filter(request, target.resource_type),
+            copies=False,  # only serialized (`_out` converts each into a new dict)
         )
         offset, resource_version = _decode_continue(request.query.get("continue"), resource_version)
         items = items[offset:]

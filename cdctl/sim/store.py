@@ -96,9 +96,10 @@ class ObjectStore:
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
         """The pods bound to `node` (spec.nodeName), sorted as a list is: the kubelet's field-selected view,
-        from an index instead of a pass over every pod of the cluster."""
+        from an index instead of a pass over every pod of the cluster. They are the stored objects themselves,
+        as `list_objects(copies=False)` hands out (the simulated kubelets only read them, on every pass)."""
         pods = self._objects.get(PODS_KEY, {})
-        return [copy.deepcopy(pods[key]) for key in sorted(self._pods_by_node.get(node, ())) if key in pods]
+        return [pods[key] for key in sorted(self._pods_by_node.get(node, ())) if key in pods]
 
     def _index_pod(
         self, key: tuple[str, str], obj: dict[str, Any] | None, previous: dict[str, Any] | None

@@ -101,6 +101,9 @@ class WatchHub:
         self.window = window
         self._history: deque[StoredEvent] = deque()
         self._watchers: set[Watcher] = set()
+        # By the kind they follow (None: every kind): a write is offered only to the watches of its kind. With
+        # a watch or three per node, offering each write to every watch was a pass over hundreds per write.
+        self._by_kind: dict[tuple[str, str] | None, set[Watcher]] = {}
         self.compacted_resource_version = 0
         # Called with every event, before the watchers: in-process routers (cdctl.sim.kubelet.NodeRouter).
         self.listeners: list[Callable[[StoredEvent], None]] = []
@@ -112,8 +115,9 @@ class WatchHub:
             self.compacted_resource_version = dropped.resource_version
         for listener in self.listeners:
             listener(event)
-        for watcher in list(self._watchers):
-            watcher.offer(event)
+        for kind in (event.storage_key, None):
+            for watcher in list(self._by_kind.get(kind, ())):
+                watcher.offer(event)
 
     def compact(self) -> None:
         """Forget all history (as etcd compaction does); older watches then get 410."""
@@ -141,17 +145,22 @@ class WatchHub:
                 if event.resource_version > since:
                     watcher.offer(event)
         self._watchers.add(watcher)
+        self._by_kind.setdefault(storage_key, set()).add(watcher)
         return watcher
 
-    def release(self, watcher: Watcher) -> None:
+    def _forget(self, watcher: Watcher) -> None:
         self._watchers.discard(watcher)
+        self._by_kind.get(watcher.storage_key, set()).discard(watcher)
+
+    def release(self, watcher: Watcher) -> None:
+        self._forget(watcher)
         watcher.closed = True
 
     def close_all(self) -> int:
         """End every open client watch (a fault, or a restart); returns how many were open."""
         watchers = [w for w in self._watchers if w.droppable]
         for watcher in watchers:
-            self._watchers.discard(watcher)
+            self._forget(watcher)
             watcher.close()
         return len(watchers)
 
