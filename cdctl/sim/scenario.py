@@ -33,10 +33,12 @@ from cdctl.sim.checks import (
 )
 from cdctl.sim.errors import AlreadyExists, NotFound
 from cdctl.sim.rack import CLIQUE_LABEL, Rack
+from cdctl.sim.watch import StoredEvent
 from cdctl.sim.workload import channel_template_name, compute_domain, worker_job
 
 POLL_S = 0.05
-NODES_PER_POLL_S = 400  # a poll copies every pod out of the store, in the process that serves the cluster
+NODES_PER_POLL_S = 400  # a poll passes over every pod, in the process that serves the cluster
+PODS = ("", "pods")
 
 
 @dataclass(frozen=True)
@@ -198,23 +200,28 @@ class _Runner:
             return f"ResourceClaimTemplates {missing}" if missing else None
 
         await self.step("controller creates channel templates", templates_missing)
-        for plan in self.plans:
-            if plan.rack:
-                cds = self.rack.store.type_of(CD_GROUP, "computedomains")
-                domain = self.rack.store.get(cds, plan.namespace, plan.name)
-                self.report.domain_uids[plan.name] = str(domain["metadata"]["uid"])
-                created[plan.name] = created_at
-            for job in plan.job_names:
-                body = worker_job(job, plan.namespace, plan.workers, plan.template)
-                self.create("batch", "jobs", plan.namespace, body)
         formed: dict[str, float] = {}
+        # When each worker turned Running, taken from the store's write itself: the poll below sees it up to a
+        # poll period (and, on a busy rack, a late turn of the event loop) afterwards. Its CDI edits came
+        # from the Prepare that ended before the kubelet wrote the status, so the write is the last step.
+        running_at: dict[str, float] = {}
+        namespaces = {p.namespace for p in self.plans}
+
+        def note_running(event: StoredEvent) -> None:
+            if event.storage_key != PODS or event.namespace not in namespaces:
+                return
+            uid = event.obj["metadata"]["uid"]
+            if event.type == "DELETED" or (event.obj.get("status") or {}).get("phase") != "Running":
+                running_at.pop(uid, None)
+            elif uid not in running_at:
+                running_at[uid] = time.perf_counter()
 
         def not_formed() -> str | None:
             states = self.workers()
             for plan in self.plans:
                 pods = [w for job in plan.job_names for w in states[job]]
                 if plan.name not in formed and len(pods) == plan.nodes and all(w.done for w in pods):
-                    formed[plan.name] = time.perf_counter()
+                    formed[plan.name] = max(running_at.get(w.uid, time.perf_counter()) for w in pods)
             self.show(states)
             waiting = [w.name for pods in states.values() for w in pods if not w.done]
             short = sum(p.nodes for p in self.plans) - sum(len(pods) for pods in states.values())
@@ -222,7 +229,20 @@ class _Runner:
                 return f"{len(waiting)} workers not Running with channel0, {short} not created"
             return None
 
-        await self.step("workers Running with channel0", not_formed)
+        self.rack.store.hub.listeners.append(note_running)
+        try:
+            for plan in self.plans:
+                if plan.rack:
+                    cds = self.rack.store.type_of(CD_GROUP, "computedomains")
+                    domain = self.rack.store.get(cds, plan.namespace, plan.name)
+                    self.report.domain_uids[plan.name] = str(domain["metadata"]["uid"])
+                    created[plan.name] = created_at
+                for job in plan.job_names:
+                    body = worker_job(job, plan.namespace, plan.workers, plan.template)
+                    self.create("batch", "jobs", plan.namespace, body)
+            await self.step("workers Running with channel0", not_formed)
+        finally:
+            self.rack.store.hub.listeners.remove(note_running)
         self.report.formation_s = max(formed.values()) - created_at
         self.report.formation_by_domain = {name: formed[name] - created[name] for name in formed}
         self.report.formed_at = datetime.now(UTC)
