@@ -293,6 +293,10 @@ class KubeClusterPort:
                 return status == READY
         return _domain_ready(self._domain_objs.get(domain.uid), node)
 
+    def readiness_watched(self, clique_id: str) -> bool:
+        following = ("computedomain", "clique") if self.use_cliques and clique_id else ("computedomain",)
+        return self.synced(*following)
+
     async def until_ready(self, domain: DomainInfo, node: str, clique_id: str) -> None:
         await self.until(lambda: self.watched_ready(domain, node, clique_id))
 
@@ -304,8 +308,7 @@ class KubeClusterPort:
         else the domain."""
         if self.watched_ready(domain, node, clique_id):
             return True
-        following = ("computedomain", "clique") if self.use_cliques and clique_id else ("computedomain",)
-        if self.synced(*following):
+        if self.readiness_watched(clique_id):
             return False
         if self.use_cliques and clique_id:
             path = COMPUTE_DOMAIN_CLIQUES.object_path(self.driver_namespace, f"{domain.uid}.{clique_id}")

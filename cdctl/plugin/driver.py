@@ -29,6 +29,7 @@ from cdctl.plugin.prepare import DaemonNotReady, DeviceState
 log = structlog.get_logger("cdctl.plugin.driver")
 
 KUBELET_CALL_TIMEOUT_S = 45.0
+WATCHED_NOT_READY_RECHECK_S = 10.0  # see `pause`
 T = TypeVar("T")
 
 
@@ -70,11 +71,17 @@ def usable_cached_claim(obj: dict[str, Any], ref: ClaimRef, node: str, book: Cla
     return any(r.pool == node for r in claim.own_results())
 
 
-async def pause(exc: RetriableError, delay: float) -> None:
-    """Wait `delay` before a retry; a DaemonNotReady's wake (a watch saying Ready) ends the wait early."""
+async def pause(exc: RetriableError, delay: float, left: float) -> None:
+    """Wait `delay` before a retry; a DaemonNotReady's wake (a watch saying Ready) ends the wait early.
+
+    A "not ready" that running watches gave is retried when they say Ready, with a timed retry only every
+    WATCHED_NOT_READY_RECHECK_S (within the `left` of the call's budget) in case a watch stalls: on a big
+    rack, each node retrying on the backoff re-read its claim up to ten times while its clique formed."""
     if not isinstance(exc, DaemonNotReady):
         await asyncio.sleep(delay)
         return
+    if exc.watched:
+        delay = max(delay, min(WATCHED_NOT_READY_RECHECK_S, left))
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(delay):
             await exc.wake()
@@ -136,7 +143,7 @@ class Driver:
                         f"(still failing after {attempt} attempts; the kubelet will retry)"
                     )
                 log.info(f"retrying {what} claim", claim=str(ref), error=str(exc), delay=round(delay, 3))
-                await pause(exc, delay)
+                await pause(exc, delay, deadline - loop.time())
             except CdctlError as exc:
                 return f"error {what} devices for claim {ref}: {exc}"
             except Exception as exc:  # an unexpected bug: fail this claim, keep the call and the process

@@ -32,6 +32,10 @@ class ClusterPort(Protocol):
     async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
         """Whether this node's IMEX daemon of the domain reports Ready (clique object, else domain status)."""
 
+    def readiness_watched(self, clique_id: str) -> bool:
+        """Whether `daemon_ready`'s "not ready" is the answer of running watches: then `until_ready` sees the
+        change that makes it Ready, and a retry before that would only read the same answer again."""
+
     async def until_ready(self, domain: DomainInfo, node: str, clique_id: str) -> None:
         """Return once a watched copy says what `daemon_ready` asks (no request; may never return: callers
         bound the wait). It cuts the retry pause of a "not ready" Prepare short."""

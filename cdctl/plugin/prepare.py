@@ -72,11 +72,13 @@ def check_host_managed_config(config: DeviceConfig) -> None:
 
 class DaemonNotReady(RetriableError):
     """This node's daemon of the domain is not Ready yet: retried; `wake()` returns when a watch says it is
-    Ready (the driver stops pausing then)."""
+    Ready (the driver stops pausing then). `watched`: the answer came from running watches, so nothing but
+    that wake can change it."""
 
-    def __init__(self, message: str, wake: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, message: str, wake: Callable[[], Awaitable[None]], watched: bool = False) -> None:
         super().__init__(message, delay=NOT_READY_DELAY)
         self.wake = wake
+        self.watched = watched
 
 
 class PrepareFenced(PermanentError):
@@ -292,6 +294,7 @@ class DeviceState:
                 raise DaemonNotReady(
                     "current node not ready in ComputeDomain",
                     lambda: self.cluster.until_ready(domain, s.node, clique),
+                    watched=self.cluster.readiness_watched(clique),
                 )
         result = results[0]
         ids: list[str] = []

@@ -16,7 +16,8 @@ class FakeCluster:
     """Claims, domains, node labels, daemon readiness and node events, all in dicts.
 
     `claims` is what the API server holds (read by `get_claim`, counted in `claim_reads`); `watched` is what
-    a watch delivered (served by `cached_claim`), which may lag it.
+    a watch delivered (served by `cached_claim`), which may lag it. `readiness_is_watched` says whether
+    "not ready" comes from running watches (then only `mark_ready` changes it).
     """
 
     def __init__(self) -> None:
@@ -26,6 +27,7 @@ class FakeCluster:
         self.domains: dict[str, DomainInfo] = {}
         self.labels: dict[str, str] = {}
         self.ready: set[tuple[str, str]] = set()
+        self.readiness_is_watched = False
         self.events: list[tuple[str, str, str]] = []
         self.claim_lookup_error: Exception | None = None
         self._ready_changed = asyncio.Condition()
@@ -54,6 +56,9 @@ class FakeCluster:
 
     async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
         return (domain.uid, node) in self.ready
+
+    def readiness_watched(self, clique_id: str) -> bool:
+        return self.readiness_is_watched
 
     async def until_ready(self, domain: DomainInfo, node: str, clique_id: str) -> None:
         async with self._ready_changed:

@@ -128,3 +128,28 @@ async def test_a_not_ready_wait_ends_when_readiness_is_observed(node: Node) -> N
     await node.cluster.mark_ready("dom-1", "node-a")
     async with asyncio.timeout(60):  # a hang guard: without the wake the pause is ten minutes
         assert (await preparing)["c1"].error == ""
+
+
+@pytest.mark.parametrize("watched", [True, False])
+async def test_a_not_ready_from_running_watches_is_retried_when_they_change(
+    node: Node, watched: bool
+) -> None:
+    """Readiness from running watches changes only with them: the Prepare waits for the wake instead of
+    re-reading its claim on every step of the backoff. Without watches, "not ready" was read live and is
+    re-read on the backoff."""
+    node.cluster.ready.clear()
+    node.cluster.readiness_is_watched = watched
+    serve(node, reserved(channel_claim("c1", "dom-1")))
+    preparing = asyncio.create_task(Driver(node.state, node.cluster, POLICY).prepare_resources([ref()]))
+    while (rec := node.state.book.get("c1")) is None:  # noqa: ASYNC110
+        await asyncio.sleep(0.001)  # until the first attempt found the daemon not ready
+    assert "not ready" in rec.last_error
+    reads = node.cluster.claim_reads
+    await asyncio.sleep(0.2)  # a hundred steps of this policy's backoff
+    if watched:
+        assert node.cluster.claim_reads == reads
+    else:
+        assert node.cluster.claim_reads > reads + 2
+    await node.cluster.mark_ready("dom-1", "node-a")
+    async with asyncio.timeout(60):
+        assert (await preparing)["c1"].error == ""

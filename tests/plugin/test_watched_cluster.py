@@ -303,7 +303,9 @@ async def test_not_ready_is_the_watches_answer_while_they_run_and_a_fresh_read_w
     async with requests.recording():
         assert not await cluster.daemon_ready(domain, NODE, CLIQUE)
     assert requests.take() == []  # no clique or domain read on each retry of each waiting node
+    assert cluster.readiness_watched(CLIQUE)  # so the retry waits for the watch
     unwatched = port(api)  # never started: nothing followed, so "not ready" must be read fresh
+    assert not unwatched.readiness_watched(CLIQUE)
     async with requests.recording():
         assert not await unwatched.daemon_ready(domain, NODE, CLIQUE)
     assert requests.take() == [("GET", f"{CLIQUES}/{domain.uid}.{CLIQUE}")]
