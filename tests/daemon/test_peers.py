@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from cdctl.api.gates import parse_feature_gates
-from cdctl.daemon.files import write_config
+from cdctl.daemon.files import write_config, write_node_list
 from cdctl.daemon.journal import Journal
 from cdctl.daemon.peers import PeerUpdater
 from cdctl.daemon.settings import DaemonSettings
 from cdctl.daemon.supervisor import ImexSupervisor
 from cdctl.domain.computedomains import DaemonEntry
 from cdctl.domain.events import decode
-from cdctl.domain.imex import HOSTS_HEADER, ImexPeersChanged, PeerListing, hosts_mapping
+from cdctl.domain.imex import HOSTS_HEADER, ImexPeersChanged, PeerListing, dns_node_list, hosts_mapping
 from tests.daemon.conftest import FakeImex
 
 CLIQUE = "6a130f54-faaa-4b8f-847f-be44ab70f917.32766"
@@ -68,6 +68,8 @@ async def _harness(imexd: Path, gates: str) -> AsyncIterator[Harness]:
     settings = _settings(imexd, gates)
     values = {"IMEXCmdBindInterfaceIP": ME, "IMEXDaemonNodesConfigPath": str(settings.nodes_path)}
     write_config(settings.template_path, settings.config_path, values)
+    if settings.dns_names:  # as the daemon does at start (IP mode: the updater writes the peers' IPs)
+        write_node_list(settings.nodes_path, dns_node_list(settings.max_nodes))
     (imexd / "hosts").write_text("127.0.0.1\tlocalhost\n")
     journal = await Journal.open(imexd / "events.db", "n1", "daemon-n1")
     harness = Harness(settings, journal)
