@@ -1,12 +1,15 @@
 """The SQLite event log: SQLAlchemy 2 async (Core) over aiosqlite, WAL, one writer task per file.
 
 `SqliteEventStore.open(path)` checks the file is a cdctl log (or creates one), applies pending migrations,
-starts the writer and keeps a separate reader engine, so reads never block the writer. Components open their
+starts the writer and keeps a separate reader engine, so reads never block the writer. A writable log
+connects its reader at the first read: an IMEX daemon's journal only appends, and a second engine and
+connection (with its thread) were a third of a daemon's start-up. Components open their
 log once at start; the CLI opens files read-only with `open(path, read_only=True)`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
@@ -88,9 +91,11 @@ class SqliteEventStore(EventStore):
         self._write_engine: AsyncEngine | None = None
         self._write_conn: AsyncConnection | None = None
         self._writer: Writer | None = None
-        self._read_engine = _engine(path, read_only=True) if read_only else None
+        self._read_engine: AsyncEngine | None = None
         self._reader: AsyncConnection | None = None
         self._read_driver: Any = None
+        self._reader_lock = asyncio.Lock()
+        self._closed = False
         self.schema_version = 0
 
     @classmethod
@@ -122,21 +127,32 @@ class SqliteEventStore(EventStore):
             self._write_engine = _engine(self.path, read_only=False)
             self._write_conn = await self._write_engine.connect()
             await self._migrate(self._write_conn)
+            version = (await self._write_conn.exec_driver_sql("PRAGMA user_version")).scalar_one()
+            self.schema_version = int(version)
             self._writer = Writer(self._write_conn, self._notifier, str(self.path))
             await self._writer.start()
-            self._read_engine = _engine(self.path, read_only=True)
-        assert self._read_engine is not None
-        self._reader = await self._read_engine.connect()
-        self._read_driver = await driver_of(self._reader)
-        version = (await self._reader.exec_driver_sql("PRAGMA user_version")).scalar_one()
+            return
+        reader = await self._read_connection()
+        version = (await reader.exec_driver_sql("PRAGMA user_version")).scalar_one()
         self.schema_version = int(version)
-        if self.read_only:
-            if version == 0:
-                raise StoreError(f"{self.path}: empty file, not a cdctl event log")
-            head = (
-                await self._reader.exec_driver_sql("SELECT COALESCE(MAX(position), 0) FROM events")
-            ).scalar_one()
-            self._notifier.advance(int(head))
+        if version == 0:
+            raise StoreError(f"{self.path}: empty file, not a cdctl event log")
+        head = (await reader.exec_driver_sql("SELECT COALESCE(MAX(position), 0) FROM events")).scalar_one()
+        self._notifier.advance(int(head))
+
+    async def _read_connection(self) -> AsyncConnection:
+        """The reader, connected at the first read."""
+        if self._reader is not None:
+            return self._reader
+        async with self._reader_lock:
+            if self._closed:
+                raise StoreError(f"{self.path}: event log is closed")
+            if self._reader is None:
+                self._read_engine = self._read_engine or _engine(self.path, read_only=True)
+                reader = await self._read_engine.connect()
+                self._read_driver = await driver_of(reader)
+                self._reader = reader
+            return self._reader
 
     async def _migrate(self, conn: AsyncConnection) -> None:
         current = (await conn.exec_driver_sql("PRAGMA user_version")).scalar_one()
@@ -168,7 +184,7 @@ class SqliteEventStore(EventStore):
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """A read on the reader connection (never blocks the writer), in one thread hop."""
         if self._read_driver is None:
-            raise StoreError(f"{self.path}: event log is closed")
+            await self._read_connection()
         try:
             return await fetchall(self._read_driver, sql, tuple(params))
         except sqlite3.OperationalError as exc:
@@ -176,14 +192,14 @@ class SqliteEventStore(EventStore):
 
     async def query_with_columns(self, sql: str) -> tuple[list[str], list[Sequence[Any]]]:
         """One statement on the reader, with its column names; database errors are left to the caller."""
-        assert self._reader is not None
+        reader = await self._read_connection()
         try:
-            result = await self._reader.exec_driver_sql(sql)
+            result = await reader.exec_driver_sql(sql)
             if not result.returns_rows:
                 return [], []
             return list(result.keys()), [tuple(r) for r in result.all()]
         finally:
-            await self._reader.rollback()
+            await reader.rollback()
 
     async def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]:
         rows = await self.query(
@@ -215,6 +231,8 @@ class SqliteEventStore(EventStore):
         return await self._notifier.wait_beyond(position)
 
     async def close(self) -> None:
+        async with self._reader_lock:
+            self._closed = True
         if self._writer is not None:
             await self._writer.stop()
             self._writer = None
