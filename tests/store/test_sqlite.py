@@ -141,6 +141,23 @@ async def test_readers_do_not_block_the_writer(tmp_path: Path) -> None:
         assert store.head() == 2
 
 
+async def test_a_writable_log_reads_through_a_reader_it_connects_on_first_use(tmp_path: Path) -> None:
+    store = await SqliteEventStore.open(tmp_path / "e.db")
+    try:
+        assert store._reader is None, "an append-only user never pays for the reader"
+        await store.append("s/1", [ev()])
+        first, second = await asyncio.gather(store.read_stream("s/1"), store.stream_version("s/1"))
+        assert [e.version for e in first] == [1] and second == 1
+        reader = store._reader
+        assert reader is not None
+        await store.read_all()
+        assert store._reader is reader, "connected once"
+    finally:
+        await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.read_all()
+
+
 async def test_read_only_open_refuses_appends(tmp_path: Path) -> None:
     path = tmp_path / "e.db"
     async with await SqliteEventStore.open(path) as store:
