@@ -124,6 +124,12 @@ class DaemonApp:
             async for listing in self._listings(api):
                 await updater.apply(listing)
 
+        async def monitor_readiness() -> None:
+            # Until IMEX first starts (the daemon waits to be listed in its clique) the answer can only be
+            # "not ready", where every daemon starts: asking would cost a process per poll for nothing.
+            await supervisor.first_started.wait()
+            await monitor.run()
+
         async def supervision_failed() -> None:
             await supervisor.failed.wait()
             assert supervisor.error is not None
@@ -131,7 +137,7 @@ class DaemonApp:
 
         tasks = [
             asyncio.create_task(follow(), name="peers"),
-            asyncio.create_task(monitor.run(), name="readiness"),
+            asyncio.create_task(monitor_readiness(), name="readiness"),
             asyncio.create_task(supervision_failed(), name="supervision"),
             asyncio.create_task(stop.wait(), name="stop"),
         ]

@@ -64,6 +64,7 @@ class ImexSupervisor:
         self.signal_grace_s = signal_grace_s
         self._reload: asyncio.Task[None] | None = None
         self.failed = asyncio.Event()
+        self.first_started = asyncio.Event()  # set once a child has been started
         self.error: CdctlError | None = None
         self.process: asyncio.subprocess.Process | None = None
         self.starts = 0
@@ -146,6 +147,7 @@ class ImexSupervisor:
         self.process = process
         self.starts += 1
         self._started_at = time.monotonic()
+        self.first_started.set()
         log.info("IMEX daemon started", pid=process.pid, reason=reason)
         await self.record(ImexStarted(self.node, process.pid, reason, self.starts))
         self._watcher = asyncio.create_task(self._watch(process), name="imex-watchdog")

@@ -33,7 +33,9 @@ async def test_start_crash_restart_reload_and_stop(use_fake_imex: FakeImex) -> N
     supervisor = ImexSupervisor(["nvidia-imex", "-c", str(config)], "n1", recorder, backoff_s=0.01)
     registry = _registry(use_fake_imex)
     try:
+        assert not supervisor.first_started.is_set()
         assert await supervisor.ensure_started("first start") is True
+        assert supervisor.first_started.is_set()  # what the daemon's readiness monitor waits for
         assert await supervisor.ensure_started("again") is False, "a running IMEX is not started twice"
         await eventually(lambda: registry.entry(ADDRESS) is not None)
         first_pid = supervisor.process.pid if supervisor.process else 0
