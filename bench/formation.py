@@ -14,8 +14,9 @@ dependency). Targets: 18 nodes < 3 s, 144 nodes < 15 s.
                                         [--mode driver-managed|host-managed]
 
 `--repeat N` measures each size N times and reports the run with the median formation time (all N
-formation times are kept under `formation_runs_s`): a daemon whose readiness probe catches IMEX between two
-peers' starts waits for its next 10 s probe tick, so single runs of a size vary. `--quiet-load L` waits
+formation times are kept under `formation_runs_s`): hundreds of processes share two cores, and when each
+gets the CPU varies from run to run (a daemon's readiness probe that catches IMEX between two peers' starts
+waits for its next tick), so single runs of a size vary. `--quiet-load L` waits
 (up to 5 minutes) before each run until the 1-minute load average is below L, so that one run's processes
 do not weigh on the next. `--merge` keeps the results already in formation.json for sizes this run does
 not measure.
