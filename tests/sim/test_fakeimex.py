@@ -123,6 +123,16 @@ async def test_ready_only_when_every_listed_peer_is_up(
     assert await _query(imex_env, first, "-q") == (0, "NOT_READY\n")
 
 
+async def _start_and_list(
+    env: dict[str, str], config: Path, daemons: list[asyncio.subprocess.Process]
+) -> list[str]:
+    """Start the daemon of `config` and list its peers' states (`nvidia-imex-ctl -N`)."""
+    await _start(env, config, daemons)
+    code, listing = await _query(env, config, "-N")
+    assert code == 0
+    return listing.splitlines()
+
+
 async def test_names_resolve_through_the_hosts_file_and_unresolved_names_are_skipped(
     tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
 ) -> None:
@@ -130,10 +140,7 @@ async def test_names_resolve_through_the_hosts_file_and_unresolved_names_are_ski
     _write_hosts(Path(imex_env["CDCTL_FAKE_IMEX_HOSTS"]))
     first = _write_config(tmp_path / "a", "10.0.0.1", names)
     second = _write_config(tmp_path / "b", "10.0.0.2", names)
-    await _start(imex_env, first, daemons)
-    code, listing = await _query(imex_env, first, "-N")
-    assert code == 0
-    assert listing.splitlines() == [
+    assert await _start_and_list(imex_env, first, daemons) == [
         "compute-domain-daemon-0000\tUP",
         "compute-domain-daemon-0001\tDOWN",
         "compute-domain-daemon-0002\tUNRESOLVED",
@@ -158,10 +165,7 @@ async def test_a_name_takes_the_first_line_that_maps_it_and_comments_map_nothing
     names = ["compute-domain-daemon-0000", "self-alias", "compute-domain-daemon-0001"]
     names += ["compute-domain-daemon-0002", "@", "10.0.0.5"]
     config = _write_config(tmp_path / "a", "10.0.0.1", names)
-    await _start(imex_env, config, daemons)
-    code, listing = await _query(imex_env, config, "-N")
-    assert code == 0
-    assert listing.splitlines() == [
+    assert await _start_and_list(imex_env, config, daemons) == [
         "compute-domain-daemon-0000\tUP",
         "self-alias\tUP",
         "compute-domain-daemon-0001\tDOWN",
