@@ -14,7 +14,7 @@ a bare script (`python -S -I`, standard library only), and `nvidia-imex-ctl`, wh
 starts, is the shell twin of `ctl` in cdctl.sim.fakeimexctl. Used by the rack and the tests.
 """
 
-# os.path rather than pathlib: importing pathlib is a third of this bare script's start-up (see below).
+# os.path rather than pathlib: see TYPE_CHECKING below.
 # ruff: noqa: PTH103, PTH105, PTH108, PTH118, PTH119
 from __future__ import annotations
 
