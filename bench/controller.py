@@ -33,9 +33,9 @@ from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import DomainActionSucceeded
 from cdctl.domain.events import decode
-from cdctl.sim.chart import cluster_bootstrap_objects
-from cdctl.sim.server import ApiServer
-from cdctl.sim.settings import ServerSettings
+from cdctl.sim.apiserver.server import ApiServer
+from cdctl.sim.apiserver.settings import ServerSettings
+from cdctl.sim.rack.chart import cluster_bootstrap_objects
 from cdctl.store.base import EventStore
 from cdctl.store.memory import InMemoryEventStore
 from cdctl.store.sqlite import SqliteEventStore

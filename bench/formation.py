@@ -1,14 +1,14 @@
 """ComputeDomain formation and teardown time on the simulated rack, for 1, 2, 4 and 8 racks (18 to 144 nodes).
 
-Each size runs the `cdctl sim rack` scenario (cdctl.sim.rack + cdctl.sim.scenario): the real controller, one
-real kubelet-plugin process per node and, in driver-managed mode, a real `cdctl daemon` process per node,
-against the simulated cluster. One ComputeDomain spans every rack; one job per rack (18 workers, 4 GPUs each,
-pod affinity on the rack's clique) claims its channel. Formation is "domain created -> every worker Running
-with channel0 in its CDI edits"; teardown is "jobs deleted -> nothing left" (claims unprepared, CDI files,
-labels, DaemonSet, templates, finalizers). Start-up (processes up, plugins registered) is reported apart.
-Writes bench/results/formation.json (with the load average: other work on the same cores skews the figures)
-and draws bench/results/formation.png (seconds vs nodes) with the small PNG writer below (no plotting
-dependency). Targets: 18 nodes < 3 s, 144 nodes < 15 s.
+Each size runs the `cdctl sim rack` scenario (cdctl.sim.rack.launch + cdctl.sim.rack.scenario): the real
+controller, one real kubelet-plugin process per node and, in driver-managed mode, a real `cdctl daemon`
+process per node, against the simulated cluster. One ComputeDomain spans every rack; one job per rack (18
+workers, 4 GPUs each, pod affinity on the rack's clique) claims its channel. Formation is "domain created ->
+every worker Running with channel0 in its CDI edits"; teardown is "jobs deleted -> nothing left" (claims
+unprepared, CDI files, labels, DaemonSet, templates, finalizers). Start-up (processes up, plugins registered)
+is reported apart. Writes bench/results/formation.json (with the load average: other work on the same cores
+skews the figures) and draws bench/results/formation.png (seconds vs nodes) with the small PNG writer below
+(no plotting dependency). Targets: 18 nodes < 3 s, 144 nodes < 15 s.
 
     .venv/bin/python bench/formation.py [--racks 1,2,4,8] [--repeat N] [--quiet-load L] [--merge]
                                         [--mode driver-managed|host-managed]
@@ -39,9 +39,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cdctl.sim.rack import Rack, RackSettings
-from cdctl.sim.scenario import DomainPlan, run_scenario
-from cdctl.sim.topology import NODES_PER_RACK
+from cdctl.sim.node.topology import NODES_PER_RACK
+from cdctl.sim.rack.launch import Rack
+from cdctl.sim.rack.scenario import DomainPlan, run_scenario
+from cdctl.sim.rack.settings import RackSettings
 
 RESULTS = Path(__file__).parent / "results"
 TARGETS_S = {18: 3.0, 144: 15.0}

@@ -50,7 +50,7 @@ from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.runner import ProjectionRunner
-from cdctl.sim.chart import crds
+from cdctl.sim.rack.chart import crds
 from cdctl.store import SqliteEventStore
 
 NODE = "bench-node"

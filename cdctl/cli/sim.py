@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
-from cdctl.sim.cluster import serve_cluster_until_stopped
-from cdctl.sim.server import serve_until_stopped
-from cdctl.sim.settings import ServerSettings
-from cdctl.sim.topology import NODES_PER_RACK, build_topology
+from cdctl.sim.apiserver.server import serve_until_stopped
+from cdctl.sim.apiserver.settings import ServerSettings
+from cdctl.sim.node.topology import NODES_PER_RACK, build_topology
+from cdctl.sim.rack.cluster import serve_cluster_until_stopped
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -143,7 +143,7 @@ def cluster(
 )
 def rack(nodes: int, racks: int, mode: str, keep: Path | None, rack_domains: bool) -> None:
     """A GB200 NVL72 rack end to end: real controller, plugins and daemons; a job forms and is torn down."""
-    from cdctl.sim.rackcommand import run_rack_command
+    from cdctl.sim.rack.rackcommand import run_rack_command
 
     directory = keep.resolve() if keep else Path(tempfile.mkdtemp(prefix="cdctl-rack-", dir="/tmp"))
     raise SystemExit(run_rack_command(directory, nodes, racks, mode, rack_domains))

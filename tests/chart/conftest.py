@@ -69,7 +69,7 @@ def render_objects(
 
 def chart_rbac(namespace: str, values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The Roles, ClusterRoles and bindings the chart renders into `namespace`: what the simulated API server
-    enforces when a component test runs under the chart's own RBAC (cdctl.sim.rbac)."""
+    enforces when a component test runs under the chart's own RBAC (cdctl.sim.apiserver.rbac)."""
     chart = hc.Chart.load(CHART_DIR)
     try:
         objects = render_objects(chart, values, namespace=namespace)

@@ -1,4 +1,5 @@
-"""cdctl.sim.chart (no Helm) gives the simulated cluster the CRDs and DeviceClasses a real Helm renders."""
+"""cdctl.sim.rack.chart (no Helm) gives the simulated cluster the CRDs and DeviceClasses a real Helm
+renders."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import yaml
 from helm_python import chart as hc
 
-from cdctl.sim import chart as sim_chart
+from cdctl.sim.rack import chart as sim_chart
 from tests.chart.conftest import CHART_DIR, SCENARIOS, find, render_objects
 
 EXTRA_SCENARIOS: dict[str, dict[str, Any]] = {

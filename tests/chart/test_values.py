@@ -1,6 +1,6 @@
 """values.yaml, values.schema.json and the templates agree: every value a template reads exists, every
 value is read and documented, and the schema refuses wrong types and unknown feature gates (in Helm and in
-cdctl.sim.chart).
+cdctl.sim.rack.chart).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 from helm_python import chart as hc
 from helm_python.errors import HelmValuesError
 
-from cdctl.sim import chart as sim_chart
+from cdctl.sim.rack import chart as sim_chart
 from tests.chart.conftest import CHART_DIR
 
 # `.Values.a.b` or `$.Values.a.b` in a template.

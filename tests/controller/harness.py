@@ -22,9 +22,9 @@ from cdctl.controller.app import run_controller
 from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings, LeaderElectionSettings
 from cdctl.domain.computedomains import LABEL_CLIQUE_ID, LABEL_COMPUTE_DOMAIN
-from cdctl.sim.chart import cluster_bootstrap_objects
-from cdctl.sim.server import ApiServer
-from cdctl.sim.settings import ServerSettings
+from cdctl.sim.apiserver.server import ApiServer
+from cdctl.sim.apiserver.settings import ServerSettings
+from cdctl.sim.rack.chart import cluster_bootstrap_objects
 
 DRIVER_NAMESPACE = "nvidia-dra"
 USER_NAMESPACE = "team-a"

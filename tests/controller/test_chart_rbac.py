@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdctl.sim.rbac import service_account_token
+from cdctl.sim.apiserver.rbac import service_account_token
 from tests.chart.conftest import chart_rbac
 from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, Cluster, eventually
 

@@ -12,9 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from cdctl.cli.sim import sim
-from cdctl.sim.rack import HOST_MANAGED, Rack, RackSettings
-from cdctl.sim.rackcommand import DOMAIN_NAMESPACE, rack_domain_plans
-from cdctl.sim.scenario import run_scenario
+from cdctl.sim.rack.launch import Rack
+from cdctl.sim.rack.rackcommand import DOMAIN_NAMESPACE, rack_domain_plans
+from cdctl.sim.rack.scenario import run_scenario
+from cdctl.sim.rack.settings import HOST_MANAGED, RackSettings
 from cdctl.store.sqlite import SqliteEventStore
 
 pytestmark = pytest.mark.integration

@@ -29,9 +29,9 @@ from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import DRIVER_NAME, LABEL_CLIQUE_ID, LABEL_COMPUTE_DOMAIN
 from cdctl.domain.racks import rack_domain_name
 from cdctl.plugin.app import PluginConfig, PluginProcess
-from cdctl.sim.chart import cluster_bootstrap_objects
-from cdctl.sim.cluster import SimCluster
-from cdctl.sim.topology import NodeDeviceLib, Topology, build_topology
+from cdctl.sim.node.topology import NodeDeviceLib, Topology, build_topology
+from cdctl.sim.rack.chart import cluster_bootstrap_objects
+from cdctl.sim.rack.cluster import SimCluster
 from cdctl.store.memory import InMemoryEventStore
 from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, eventually
 

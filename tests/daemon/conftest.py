@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cdctl.domain.events import DomainEvent
-from cdctl.sim.fakeimex import HOSTS_ENV, REGISTRY_ENV, install_executables
+from cdctl.sim.node.fakeimex import HOSTS_ENV, REGISTRY_ENV, install_executables
 
 TEMPLATE = (
     resources.files("cdctl.plugin") / "templates" / "compute-domain-daemon-config.tmpl.cfg"

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from cdctl.domain.computedomains import LABEL_CLIQUE_ID, DaemonEntry, clique_name
-from cdctl.sim.chart import crds
-from cdctl.sim.server import ApiServer
+from cdctl.sim.apiserver.server import ApiServer
+from cdctl.sim.rack.chart import crds
 from tests.daemon.conftest import FakeImex, eventually
 
 DRIVER_NAMESPACE = "nvidia-dra"

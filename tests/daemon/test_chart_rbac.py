@@ -7,8 +7,8 @@ Two daemons labelling their pods, following their clique to READY and stopping m
 from __future__ import annotations
 
 from cdctl.domain.computedomains import DaemonEntry
-from cdctl.sim.rbac import service_account_token
-from cdctl.sim.server import ApiServer
+from cdctl.sim.apiserver.rbac import service_account_token
+from cdctl.sim.apiserver.server import ApiServer
 from tests.chart.conftest import chart_rbac
 from tests.daemon.conftest import FakeImex, eventually
 from tests.daemon.rig import CLIQUE, DRIVER_NAMESPACE, open_rig

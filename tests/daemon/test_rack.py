@@ -28,11 +28,11 @@ from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
 from cdctl.domain.imex import hosts_mapping
 from cdctl.plugin.app import PluginConfig, PluginProcess
-from cdctl.sim.chart import cluster_bootstrap_objects
-from cdctl.sim.cluster import SimCluster
-from cdctl.sim.fakeimex import HOSTS_ENV
-from cdctl.sim.processruntime import ProcessRuntime
-from cdctl.sim.topology import NodeDeviceLib, build_topology
+from cdctl.sim.node.fakeimex import HOSTS_ENV
+from cdctl.sim.node.processruntime import ProcessRuntime
+from cdctl.sim.node.topology import NodeDeviceLib, build_topology
+from cdctl.sim.rack.chart import cluster_bootstrap_objects
+from cdctl.sim.rack.cluster import SimCluster
 from tests.daemon.conftest import eventually
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ import pytest
 
 from cdctl.domain.computedomains import DaemonEntry
 from cdctl.domain.imex import HOSTS_HEADER, hosts_mapping
-from cdctl.sim.fakeimex import Registry
-from cdctl.sim.server import ApiServer
+from cdctl.sim.apiserver.server import ApiServer
+from cdctl.sim.node.fakeimex import Registry
 from tests.daemon.conftest import FakeImex, eventually
 from tests.daemon.rig import CLIQUE, Daemon, Rig, open_rig
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from cdctl.daemon.files import write_config, write_node_list
 from cdctl.daemon.supervisor import ImexSupervisor
 from cdctl.domain.imex import ImexExited, ImexStarted
-from cdctl.sim.fakeimex import Registry
+from cdctl.sim.node.fakeimex import Registry
 from tests.daemon.conftest import FakeImex, Recorder, eventually
 
 ADDRESS = "10.20.0.1"

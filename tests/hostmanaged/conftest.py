@@ -3,11 +3,11 @@ real kubelet plugins with HostManagedIMEX on, and a fake host `nvidia-imex` per 
 as the operator's systemd would run it.
 
 Three nodes: two share an NVLink clique and run the host IMEX daemon (one IMEX domain, both in its node
-list); the third has no NVLink fabric (NVML reports no clique). The chart's objects come from cdctl.sim.chart
-with `featureGates.HostManagedIMEX=true` (no daemon DeviceClass). Every structlog line of the controller and
-the plugins is captured in `logs`. `sql` runs `cdctl sql` (the real CLI, click's runner) over a node's plugin
-log. Nothing here is timed: `until` waits for a condition, with a generous bound that only stops a broken
-test from hanging.
+list); the third has no NVLink fabric (NVML reports no clique). The chart's objects come from
+cdctl.sim.rack.chart with `featureGates.HostManagedIMEX=true` (no daemon DeviceClass). Every structlog line of
+the controller and the plugins is captured in `logs`. `sql` runs `cdctl sql` (the real CLI, click's runner)
+over a node's plugin log. Nothing here is timed: `until` waits for a condition, with a generous bound that
+only stops a broken test from hanging.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from cdctl.cli.main import cli
 from cdctl.controller.app import run_controller
 from cdctl.controller.settings import ControllerSettings
 from cdctl.plugin.app import PluginConfig, PluginProcess
-from cdctl.sim import fakeimex
-from cdctl.sim.chart import cluster_bootstrap_objects
-from cdctl.sim.cluster import SimCluster
-from cdctl.sim.topology import FabricState, NodeDeviceLib, build_topology
+from cdctl.sim.node import fakeimex
+from cdctl.sim.node.topology import FabricState, NodeDeviceLib, build_topology
+from cdctl.sim.rack.chart import cluster_bootstrap_objects
+from cdctl.sim.rack.cluster import SimCluster
 
 GATES = "HostManagedIMEX=true"
 NAMESPACE = "default"
@@ -61,7 +61,7 @@ async def until(check: Callable[[], Any], what: str) -> Any:
 
 @dataclass
 class HostImex:
-    """The operator's `nvidia-imex.service` on one node (the fake daemon of cdctl.sim.fakeimex)."""
+    """The operator's `nvidia-imex.service` on one node (the fake daemon of cdctl.sim.node.fakeimex)."""
 
     node: str
     address: str
@@ -80,7 +80,7 @@ class HostImex:
     async def start(self) -> None:
         """`systemctl start nvidia-imex`."""
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cdctl.sim.fakeimex", "imex", "-c", str(self.config),
+            sys.executable, "-m", "cdctl.sim.node.fakeimex", "imex", "-c", str(self.config),
             env=self.env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         self.starts += 1
@@ -97,7 +97,7 @@ class HostImex:
     async def query(self) -> tuple[int, str]:
         """What an IMEX client on the node gets: `nvidia-imex-ctl -q` (exit status, output)."""
         ctl = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cdctl.sim.fakeimex", "ctl", "-c", str(self.config), "-q",
+            sys.executable, "-m", "cdctl.sim.node.fakeimex", "ctl", "-c", str(self.config), "-q",
             env=self.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
         out, _ = await ctl.communicate()

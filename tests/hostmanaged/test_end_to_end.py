@@ -23,8 +23,8 @@ from grpclib.client import Channel
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.plugin import cdi
-from cdctl.sim.allocator import Allocator
-from cdctl.sim.cdiresolver import resolve
+from cdctl.sim.controllers.allocator import Allocator
+from cdctl.sim.node.cdiresolver import resolve
 from tests.hostmanaged.conftest import DRIVER, NAMESPACE, HostManagedCluster, until
 
 pytestmark = pytest.mark.integration

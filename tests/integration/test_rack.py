@@ -19,9 +19,10 @@ import pytest
 
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.plugin.cdi import claim_spec_path
-from cdctl.sim.checks import leftovers
-from cdctl.sim.rack import Rack, RackSettings
-from cdctl.sim.scenario import DomainPlan, Progress, run_scenario
+from cdctl.sim.rack.checks import leftovers
+from cdctl.sim.rack.launch import Rack
+from cdctl.sim.rack.scenario import DomainPlan, Progress, run_scenario
+from cdctl.sim.rack.settings import RackSettings
 
 pytestmark = pytest.mark.integration
 NODES = 4

@@ -11,7 +11,7 @@ from cdctl.k8s.client import api_client
 from cdctl.k8s.kube_events import FAILED, POSTED, SUPPRESSED, EventRecorder
 from cdctl.k8s.resources import EVENTS
 from cdctl.k8s.rest import KubeApi
-from cdctl.sim.server import ApiServer
+from cdctl.sim.apiserver.server import ApiServer
 
 CD = {
     "apiVersion": "resource.nvidia.com/v1beta1",

@@ -12,7 +12,7 @@ from cdctl.k8s.client import api_client
 from cdctl.k8s.errors import AlreadyExistsError, ConflictError, NotFoundError
 from cdctl.k8s.resources import NODES
 from cdctl.k8s.rest import KubeApi, TokenBucket
-from cdctl.sim.server import ApiServer
+from cdctl.sim.apiserver.server import ApiServer
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from cdctl.k8s.plugincluster import connect, disconnect
 from cdctl.k8s.rest import KubeApi
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
-from cdctl.sim.chart import crds
-from cdctl.sim.server import ApiServer
+from cdctl.sim.apiserver.server import ApiServer
+from cdctl.sim.rack.chart import crds
 from cdctl.store import InMemoryEventStore
 from tests.plugin.fakes import FakeCluster
 

@@ -15,8 +15,8 @@ import pytest
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.k8s.rest import KubeApi
-from cdctl.sim.rbac import service_account_token
-from cdctl.sim.server import ApiServer
+from cdctl.sim.apiserver.rbac import service_account_token
+from cdctl.sim.apiserver.server import ApiServer
 from tests.chart.conftest import chart_rbac
 from tests.plugin.test_app import U, config, seed_claim, serving_plugin
 

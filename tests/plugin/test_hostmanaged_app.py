@@ -13,7 +13,7 @@ from cdctl.api.gates import parse_feature_gates
 from cdctl.k8s.rest import KubeApi
 from cdctl.plugin import nvml
 from cdctl.plugin.app import PluginProcess
-from cdctl.sim.server import ApiServer
+from cdctl.sim.apiserver.server import ApiServer
 from tests.plugin.test_app import U, config, slice_devices, until
 
 

@@ -8,7 +8,7 @@ from cdctl.api.refs import COMPUTE_DOMAIN_LABEL, DomainInfo
 from cdctl.domain.errors import RetriableError
 from cdctl.k8s.plugincluster import KubeClusterPort
 from cdctl.k8s.rest import KubeApi
-from cdctl.sim.server import ApiServer
+from cdctl.sim.apiserver.server import ApiServer
 from tests.plugin.conftest import SIM_NODE as NODE
 
 CDS = "/apis/resource.nvidia.com/v1beta1/namespaces/default/computedomains"

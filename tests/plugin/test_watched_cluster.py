@@ -22,7 +22,7 @@ from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef
 from cdctl.plugin.driver import Driver, RetryPolicy
 from cdctl.plugin.prepare import DeviceState, FabricStatus
-from cdctl.sim.server import ApiServer
+from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import InMemoryEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.conftest import SIM_NODE as NODE

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client, config
 
-from cdctl.sim.server import ApiServer
-from cdctl.sim.settings import ServerSettings
+from cdctl.sim.apiserver.server import ApiServer
+from cdctl.sim.apiserver.settings import ServerSettings
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdctl.sim.store import ObjectStore
+from cdctl.sim.apiserver.store import ObjectStore
 
 DRIVER = "compute-domain.nvidia.com"
 CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"

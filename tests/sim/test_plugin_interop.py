@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from cdctl.plugin.app import PluginConfig, PluginProcess
-from cdctl.sim.cluster import SimCluster
-from cdctl.sim.topology import NodeDeviceLib, build_topology
+from cdctl.sim.node.topology import NodeDeviceLib, build_topology
+from cdctl.sim.rack.cluster import SimCluster
 from tests.sim.fixtures import compute_domain, compute_domain_crd
 from tests.sim.standins import DAEMON_CLASS, DRIVER, add_classes
 

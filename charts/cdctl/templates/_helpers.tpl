@@ -1,7 +1,7 @@
 {{/*
 Names, labels, the image reference, the effective feature gates and the resource API version, shared by every
 template. Keep the gate defaults here in step with cdctl's own (and files/deviceclasses.yaml, which
-cdctl/sim/chart.py renders the same way).
+cdctl/sim/rack/chart.py renders the same way).
 */}}
 
 {{/* The chart name, or nameOverride. */}}

@@ -1,0 +1,72 @@
+"""Per-kind rules the API server applies on writes: create-time defaults and validation (admission).
+
+Called by cdctl.sim.apiserver.store on every create and update: custom objects are defaulted and validated
+against their CRD (cdctl.sim.apiserver.crd), CRDs themselves are checked, ResourceClaim specs and the
+ResourceSlice driver and pool name are immutable, and new Pods, DaemonSets, Namespaces and CRDs get the status
+the API server gives them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdctl.sim.apiserver import crd as crds
+from cdctl.sim.apiserver.errors import Invalid
+from cdctl.sim.apiserver.objectmeta import now_rfc3339
+from cdctl.sim.apiserver.resources import ResourceRegistry, ResourceType
+
+CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
+NAMESPACE_KEY = ("", "namespaces")
+CLAIM_KEY = ("resource.k8s.io", "resourceclaims")
+SLICE_KEY = ("resource.k8s.io", "resourceslices")
+# (field path, where it lives) that may not change once set.
+_IMMUTABLE: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
+    CLAIM_KEY: (("spec",),),
+    SLICE_KEY: (("spec", "driver"), ("spec", "pool", "name")),
+}
+
+
+def _at(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
+    current: Any = obj
+    for part in path:
+        current = current.get(part) if isinstance(current, dict) else None
+    return current
+
+
+def apply_create_defaults(resource_type: ResourceType, obj: dict[str, Any]) -> None:
+    key = resource_type.storage_key
+    if key == ("", "pods"):
+        obj.setdefault("spec", {})
+        obj.setdefault("status", {}).setdefault("phase", "Pending")
+    elif key == ("apps", "daemonsets"):
+        obj["status"] = {
+            "currentNumberScheduled": 0,
+            "desiredNumberScheduled": 0,
+            "numberMisscheduled": 0,
+            "numberReady": 0,
+        }
+    elif key == NAMESPACE_KEY:
+        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+        obj.setdefault("status", {})["phase"] = "Active"
+    elif key == CRD_KEY:
+        obj["status"] = crds.accepted_status(obj, now_rfc3339())
+
+
+def admit(
+    registry: ResourceRegistry, resource_type: ResourceType, new: dict[str, Any], old: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The object to store (defaulted); raises Invalid (422) when a rule refuses it."""
+    if not resource_type.builtin:
+        served = registry.find(resource_type.group, resource_type.version, resource_type.plural)
+        new = crds.admit_custom_object(served or resource_type, new, old)
+    if resource_type.storage_key == CRD_KEY:
+        crds.validate_definition(new)
+    if old is not None:
+        for path in _IMMUTABLE.get(resource_type.storage_key, ()):
+            if _at(new, path) != _at(old, path):
+                name = new["metadata"]["name"]
+                raise Invalid(
+                    f'{resource_type.kind}.{resource_type.group} "{name}" is invalid: {".".join(path)}: '
+                    'Invalid value: "object": field is immutable'
+                )
+    return new

@@ -1,0 +1,160 @@
+"""RBAC for the simulated API server: service-account requests are authorized against loaded roles.
+
+Kubernetes' RBAC authorizer, reduced to what the chart uses: Roles and ClusterRoles, bound by RoleBindings
+(grants in one namespace) and ClusterRoleBindings (everywhere), rules of apiGroups x resources (with
+`resource/subresource`) x verbs, `*` wildcards and resourceNames. The verb of a request is derived from its
+method and path as the real server does (get/list/watch/create/update/patch/delete/deletecollection).
+
+A client whose bearer token is `system:serviceaccount:<namespace>:<name>` (see `service_account_token`) is
+that service account; every other token is the cluster admin, so the simulator's own stand-ins and tests are
+never restricted. Nothing is enforced until `load()` is given the objects (tests load the chart's rendered
+RBAC, so a component that makes a request its role does not grant fails there as on a real cluster). Each
+refusal is kept in `denials`. Used by cdctl.sim.apiserver.handlers (one check before each request) and the
+tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdctl.sim.apiserver.errors import Forbidden
+from cdctl.sim.apiserver.queryparams import is_true
+
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+def service_account_token(namespace: str, name: str) -> str:
+    """The token by which a simulated client is the service account `namespace/name`."""
+    return f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"
+
+
+@dataclass(frozen=True)
+class RequestAttributes:
+    """What RBAC decides on: verb, API group, resource (with subresource), namespace ('' if none), name."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str
+    name: str
+
+    def describe(self) -> str:
+        scope = f'in the namespace "{self.namespace}"' if self.namespace else "at the cluster scope"
+        group = f'in API group "{self.group}"'
+        return f'cannot {self.verb} resource "{self.resource}" {group} {scope}'
+
+
+def request_attributes(method: str, path: str, query: Mapping[str, str]) -> RequestAttributes | None:
+    """The RBAC attributes of a resource request; None for discovery and other non-resource paths."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, rest = "", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    if not rest:
+        return None  # a group version's discovery document
+    namespace = ""
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    resource, name = rest[0], rest[1] if len(rest) > 1 else ""
+    if len(rest) > 2:
+        resource = f"{resource}/{rest[2]}"
+    if resource == "namespaces" and name and len(rest) == 2:
+        namespace = name  # a namespace object is authorized within itself, as Kubernetes does
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method.upper())
+    if verb is None:
+        if method.upper() == "DELETE":
+            verb = "delete" if name else "deletecollection"
+        elif name:
+            verb = "get"
+        else:
+            verb = "watch" if is_true(query.get("watch")) else "list"
+    return RequestAttributes(verb, group, resource, namespace, name)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    groups: frozenset[str]
+    resources: frozenset[str]
+    verbs: frozenset[str]
+    names: frozenset[str]
+
+    def allows(self, attrs: RequestAttributes) -> bool:
+        return (
+            _has(self.groups, attrs.group)
+            and _has(self.resources, attrs.resource)
+            and _has(self.verbs, attrs.verb)
+            and (not self.names or attrs.name in self.names)
+        )
+
+
+def _has(values: frozenset[str], value: str) -> bool:
+    return "*" in values or value in values
+
+
+@dataclass
+class Rbac:
+    """Grants per service account: (namespace or '' for everywhere, rule)."""
+
+    enforcing: bool = False
+    grants: dict[str, list[tuple[str, _Rule]]] = field(default_factory=dict)
+    denials: list[str] = field(default_factory=list)
+
+    def load(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Enforce the Roles, ClusterRoles and bindings among `objects` (other kinds are ignored)."""
+        objects = list(objects)
+        roles: dict[tuple[str, str, str], list[_Rule]] = {}
+        for obj in objects:
+            if obj.get("kind") in {"Role", "ClusterRole"}:
+                meta = obj["metadata"]
+                namespace = meta.get("namespace", "") if obj["kind"] == "Role" else ""
+                roles[(obj["kind"], namespace, meta["name"])] = [_rule(r) for r in obj.get("rules") or []]
+        grants: dict[str, list[tuple[str, _Rule]]] = {}
+        for obj in objects:
+            if obj.get("kind") not in {"RoleBinding", "ClusterRoleBinding"}:
+                continue
+            where = obj["metadata"].get("namespace", "") if obj["kind"] == "RoleBinding" else ""
+            ref = obj["roleRef"]
+            rules = roles.get((ref["kind"], where if ref["kind"] == "Role" else "", ref["name"]), [])
+            for subject in obj.get("subjects") or []:
+                if subject.get("kind") == "ServiceAccount":
+                    token = service_account_token(subject.get("namespace", where), subject["name"])
+                    grants.setdefault(token, []).extend((where, rule) for rule in rules)
+        self.grants, self.enforcing = grants, True
+
+    def check(self, token: str, attrs: RequestAttributes) -> Forbidden | None:
+        """None when allowed; the API server's 403 otherwise (and the refusal is recorded)."""
+        if not self.enforcing or not token.startswith(SERVICE_ACCOUNT_PREFIX):
+            return None
+        for where, rule in self.grants.get(token, ()):
+            if (not where or where == attrs.namespace) and rule.allows(attrs):
+                return None
+        target = f"{attrs.resource.split('/')[0]}{'.' + attrs.group if attrs.group else ''}"
+        named = f' "{attrs.name}"' if attrs.name else ""
+        message = f'{target}{named} is forbidden: User "{token}" {attrs.describe()}'
+        self.denials.append(message)
+        return Forbidden(message)
+
+    def check_request(
+        self, authorization: str | None, method: str, path: str, query: Mapping[str, str]
+    ) -> Forbidden | None:
+        if not self.enforcing:
+            return None
+        attrs = request_attributes(method, path, query)
+        if attrs is None:
+            return None  # discovery: every authenticated user may read it
+        token = (authorization or "").removeprefix("Bearer ").strip()
+        return self.check(token, attrs)
+
+
+def _rule(raw: Mapping[str, Any]) -> _Rule:
+    return _Rule(
+        frozenset(raw.get("apiGroups") or ()),
+        frozenset(raw.get("resources") or ()),
+        frozenset(raw.get("verbs") or ()),
+        frozenset(raw.get("resourceNames") or ()),
+    )

@@ -1,0 +1,136 @@
+"""The simulated Kubernetes API server: an aiohttp site on loopback over one ObjectStore.
+
+Tests start it in process (`async with ApiServer() as server:`, then point kubernetes_asyncio at
+`server.url` or at the file from `server.write_kubeconfig(path)`); `cdctl sim apiserver` runs it standalone.
+Faults on demand: `server.faults` (error shares, queued errors, delays), `drop_watches()`, and `restart()`,
+which keeps the store and the port. `server.rbac.load(objects)` enforces Roles and bindings for clients that
+connect with a service-account token (`write_kubeconfig(path, token=...)`; cdctl.sim.apiserver.rbac).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from cdctl.sim.apiserver.faults import FaultPlan
+from cdctl.sim.apiserver.handlers import build_app
+from cdctl.sim.apiserver.rbac import Rbac
+from cdctl.sim.apiserver.settings import ServerSettings
+from cdctl.sim.apiserver.store import ObjectStore
+
+KUBECONFIG_TOKEN = "cdctl-sim"  # the server accepts any credentials; clients still send one
+
+
+class ApiServer:
+    def __init__(
+        self,
+        store: ObjectStore | None = None,
+        settings: ServerSettings | None = None,
+        faults: FaultPlan | None = None,
+    ) -> None:
+        self.settings = settings or ServerSettings()
+        self.store = store or ObjectStore(history_window=self.settings.history_window)
+        self.faults = faults or FaultPlan()
+        # Enforced for service-account tokens once roles are loaded (cdctl.sim.apiserver.rbac).
+        self.rbac = Rbac()
+        self._runner: web.AppRunner | None = None
+        self.restarts = 0
+
+    @property
+    def port(self) -> int:
+        return self.settings.port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.settings.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        if self.settings.port == 0:
+            self.settings.port = _free_port(self.settings.host)
+        app = build_app(self.store, self.settings, self.faults, self.rbac)
+        runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.host, self.settings.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+
+    async def stop(self) -> None:
+        if self._runner is None:
+            return
+        self.store.hub.close_all()
+        runner, self._runner = self._runner, None
+        await runner.cleanup()
+
+    async def restart(self) -> None:
+        """Stop serving (every connection and watch ends) and serve again on the same port, same objects."""
+        await self.stop()
+        await self.start()
+        self.restarts += 1
+
+    def drop_watches(self) -> int:
+        """End every open client watch now; returns how many there were."""
+        return self.store.hub.close_all()
+
+    def kubeconfig(self, token: str = KUBECONFIG_TOKEN) -> dict[str, Any]:
+        """A kubeconfig for this server; `token` picks the identity
+        (cdctl.sim.apiserver.rbac.service_account_token)."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "cdctl-sim", "cluster": {"server": self.url}}],
+            "users": [{"name": "cdctl-sim", "user": {"token": token}}],
+            "contexts": [{"name": "cdctl-sim", "context": {"cluster": "cdctl-sim", "user": "cdctl-sim"}}],
+            "current-context": "cdctl-sim",
+            "preferences": {},
+        }
+
+    def write_kubeconfig(self, path: Path, token: str = KUBECONFIG_TOKEN) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(self.kubeconfig(token), sort_keys=False))
+        return path
+
+    async def __aenter__(self) -> ApiServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+async def serve_until_stopped(settings: ServerSettings, kubeconfig_out: Path | None = None) -> None:
+    """Run an API server until SIGTERM or SIGINT (the body of `cdctl sim apiserver`)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with ApiServer(settings=settings) as server:
+        if kubeconfig_out is not None:
+            server.write_kubeconfig(kubeconfig_out)
+        print(f"simulated API server listening on {server.url}", file=sys.stderr, flush=True)
+        await stop.wait()

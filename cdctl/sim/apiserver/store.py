@@ -1,0 +1,464 @@
+"""The simulated API server's object store: every object, one global resourceVersion, and the write rules.
+
+Objects are kept per (group, resource) in their storage version. Every write bumps the global resourceVersion
+and publishes a `StoredEvent` to the watch hub. The write rules are the ones our components depend on:
+generateName, 409 on existing names and stale resourceVersions, the status subresource split, generation
+bumps, finalizers and deletionTimestamp, ownerReference garbage collection, namespace termination, and CRDs
+(serving, defaults, validation rules). Called by the HTTP handlers (cdctl.sim.apiserver.handlers) and, in
+process, by the stand-in controllers (claims, allocator, daemonsets, kubelet).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cdctl.sim.apiserver import admission
+from cdctl.sim.apiserver import crd as crds
+from cdctl.sim.apiserver import objectmeta as meta
+from cdctl.sim.apiserver.errors import (
+    AlreadyExists,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    not_found,
+)
+from cdctl.sim.apiserver.patch import APPLY_PATCH, apply_patch
+from cdctl.sim.apiserver.resources import ResourceRegistry, ResourceType, builtin_registry
+from cdctl.sim.apiserver.watch import StoredEvent, Watcher, WatchHub
+
+ObjectFilter = Callable[[Mapping[str, Any]], bool]
+CRD_KEY = admission.CRD_KEY
+NAMESPACE_KEY = admission.NAMESPACE_KEY
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+PODS_KEY = ("", "pods")
+
+
+class ObjectStore:
+    """All objects of the simulated cluster; its methods are synchronous, so each write is atomic."""
+
+    def __init__(
+        self, registry: ResourceRegistry | None = None, history_window: int = 1000, seed: int = 0
+    ) -> None:
+        self.registry = registry or builtin_registry()
+        self.hub = WatchHub(history_window)
+        self._objects: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
+        self._uids: dict[str, tuple[tuple[str, str], str, str]] = {}
+        self._pods_by_node: dict[str, set[tuple[str, str]]] = {}  # spec.nodeName -> (namespace, name)
+        self._revision = 0
+        self._rng = random.Random(seed)
+        for namespace in DEFAULT_NAMESPACES:
+            self.create(self.type_of(*NAMESPACE_KEY), "", {"metadata": {"name": namespace}})
+
+    # ---- reads ---------------------------------------------------------------------------------------------
+    @property
+    def resource_version(self) -> str:
+        return str(self._revision)
+
+    def type_of(self, group: str, plural: str) -> ResourceType:
+        """The storage-version type of a group and resource (what the store's objects are shaped as)."""
+        return self.registry.storage_type(group, plural)
+
+    def _bucket(self, resource_type: ResourceType) -> dict[tuple[str, str], dict[str, Any]]:
+        return self._objects.setdefault(resource_type.storage_key, {})
+
+    def _find(self, resource_type: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        found = self._bucket(resource_type).get((namespace if resource_type.namespaced else "", name))
+        if found is None:
+            raise not_found(resource_type.plural, name, resource_type.group)
+        return found
+
+    def get(self, resource_type: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        return copy.deepcopy(self._find(resource_type, namespace, name))
+
+    def peek(self, resource_type: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        """The stored object itself, for in-process readers that only read it (see `list_objects`)."""
+        return self._find(resource_type, namespace, name)
+
+    def list_objects(
+        self,
+        resource_type: ResourceType,
+        namespace: str | None = None,
+        matches: ObjectFilter | None = None,
+        *,
+        copies: bool = True,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Matching objects sorted by namespace and name, and the list's resourceVersion.
+
+        `copies=False` hands out the stored objects themselves, for in-process readers that only read (the
+        stand-in controllers pass over every object on every change; copying them all was most of the
+        simulator's CPU on a big rack). The store never changes a stored object in place (a write stores a
+        new one), so such a list stays a consistent snapshot; a reader that wants to change an object must
+        copy it (or `get` it) first."""
+        bucket = self._bucket(resource_type)
+        items = [
+            obj if not copies else copy.deepcopy(obj)
+            for (ns, _), obj in sorted(bucket.items())
+            if (namespace is None or ns == namespace) and (matches is None or matches(obj))
+        ]
+        return items, self.resource_version
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        """The pods bound to `node` (spec.nodeName), sorted as a list is: the kubelet's field-selected view,
+        from an index instead of a pass over every pod of the cluster. They are the stored objects themselves,
+        as `list_objects(copies=False)` hands out (the simulated kubelets only read them, on every pass)."""
+        pods = self._objects.get(PODS_KEY, {})
+        return [pods[key] for key in sorted(self._pods_by_node.get(node, ())) if key in pods]
+
+    def _index_pod(
+        self, key: tuple[str, str], obj: dict[str, Any] | None, previous: dict[str, Any] | None
+    ) -> None:
+        before = ((previous or {}).get("spec") or {}).get("nodeName")
+        after = ((obj or {}).get("spec") or {}).get("nodeName")
+        if before and before != after:
+            self._pods_by_node.get(before, set()).discard(key)
+        if after:
+            self._pods_by_node.setdefault(after, set()).add(key)
+
+    def exists_uid(self, uid: str) -> bool:
+        return uid in self._uids
+
+    def watch(
+        self,
+        resource_type: ResourceType | None,
+        namespace: str | None = None,
+        matches: ObjectFilter | None = None,
+        since: int | None = None,
+        *,
+        droppable: bool = True,
+    ) -> Watcher:
+        key = resource_type.storage_key if resource_type else None
+        return self.hub.open(key, namespace, matches, since, droppable=droppable)
+
+    # ---- write plumbing ------------------------------------------------------------------------------------
+    def _commit(
+        self,
+        resource_type: ResourceType,
+        event_type: str,
+        obj: dict[str, Any],
+        previous: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        self._revision += 1
+        obj["metadata"]["resourceVersion"] = str(self._revision)
+        namespace = obj["metadata"].get("namespace", "")
+        key = (namespace, obj["metadata"]["name"])
+        if event_type == "DELETED":
+            self._bucket(resource_type).pop(key, None)
+            self._uids.pop(obj["metadata"]["uid"], None)
+        else:
+            self._bucket(resource_type)[key] = obj
+            self._uids[obj["metadata"]["uid"]] = (resource_type.storage_key, namespace, key[1])
+        if resource_type.storage_key == PODS_KEY:
+            self._index_pod(key, None if event_type == "DELETED" else obj, previous or obj)
+        self.hub.publish(
+            StoredEvent(
+                self._revision,
+                event_type,
+                resource_type.storage_key,
+                namespace,
+                obj,  # the stored objects themselves: never changed in place, so watchers share them
+                previous,
+            )
+        )
+        return copy.deepcopy(obj)
+
+    def _check_namespace(self, resource_type: ResourceType, namespace: str, creating: bool) -> None:
+        if not resource_type.namespaced:
+            return
+        if not namespace:
+            raise BadRequest("the server could not find the requested resource: namespace is required")
+        found = self._bucket(self.type_of(*NAMESPACE_KEY)).get(("", namespace))
+        if found is None:
+            raise not_found("namespaces", namespace)
+        if creating and found["metadata"].get("deletionTimestamp"):
+            raise Forbidden(
+                f'{resource_type.plural} "{namespace}" is forbidden: unable to create new content in '
+                f"namespace {namespace} because it is being terminated"
+            )
+
+    # ---- create / update / patch ---------------------------------------------------------------------------
+    def create(
+        self, resource_type: ResourceType, namespace: str, body: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be an object")
+        obj = copy.deepcopy(body)
+        metadata = meta.metadata_of(obj)
+        namespace = namespace if resource_type.namespaced else ""
+        body_namespace = metadata.get("namespace")
+        if resource_type.namespaced and body_namespace and namespace and body_namespace != namespace:
+            raise BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        namespace = namespace or (body_namespace or "")
+        self._check_namespace(resource_type, namespace, creating=True)
+        if not metadata.get("name") and metadata.get("generateName"):
+            metadata["name"] = meta.generated_name(metadata["generateName"], self._rng)
+        name = metadata.get("name", "")
+        meta.validate_name(resource_type.kind, name)
+        if (namespace, name) in self._bucket(resource_type):
+            raise AlreadyExists(
+                f'{resource_type.plural}{"." + resource_type.group if resource_type.group else ""} "{name}" '
+                "already exists",
+                details={"name": name, "group": resource_type.group, "kind": resource_type.plural},
+            )
+        for field in meta.SYSTEM_FIELDS:
+            metadata.pop(field, None)
+        metadata.pop("managedFields", None)
+        if resource_type.namespaced:
+            metadata["namespace"] = namespace
+        else:
+            metadata.pop("namespace", None)
+        metadata.update(uid=meta.new_uid(), creationTimestamp=meta.now_rfc3339(), generation=1)
+        obj["apiVersion"], obj["kind"] = resource_type.api_version, resource_type.kind
+        if resource_type.status_subresource and resource_type.storage_key != CRD_KEY:
+            obj.pop("status", None)
+        admission.apply_create_defaults(resource_type, obj)
+        obj = admission.admit(self.registry, resource_type, obj, None)
+        if dry_run:
+            return obj
+        created = self._commit(resource_type, "ADDED", obj, None)
+        if resource_type.storage_key == CRD_KEY:
+            self._serve_crd(created)
+        return created
+
+    def update(
+        self,
+        resource_type: ResourceType,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        old = self._find(resource_type, namespace, name)
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be an object")
+        body_name = (body.get("metadata") or {}).get("name")
+        if body_name and body_name != name:
+            raise BadRequest(
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )
+        stated = (body.get("metadata") or {}).get("resourceVersion")
+        if stated and stated != old["metadata"]["resourceVersion"]:
+            qualified = (
+                f"{resource_type.plural}.{resource_type.group}"
+                if resource_type.group
+                else resource_type.plural
+            )
+            raise Conflict(
+                f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
+                "please apply your changes to the latest version and try again",
+                details={"name": name, "group": resource_type.group, "kind": resource_type.plural},
+            )
+        if subresource == "status":
+            new = copy.deepcopy(old)
+            if "status" in body:
+                new["status"] = copy.deepcopy(body["status"])
+            else:
+                new.pop("status", None)
+        else:
+            new = copy.deepcopy(body)
+            meta.metadata_of(new)
+            if resource_type.status_subresource:
+                new.pop("status", None)
+                if "status" in old:
+                    new["status"] = copy.deepcopy(old["status"])
+        meta.carry_system_fields(new, old)
+        new["apiVersion"], new["kind"] = resource_type.api_version, resource_type.kind
+        if old["metadata"].get("deletionTimestamp"):
+            added = set(new["metadata"].get("finalizers") or []) - set(
+                old["metadata"].get("finalizers") or []
+            )
+            if added:
+                raise Invalid(
+                    f'{resource_type.kind} "{name}" is invalid: metadata.finalizers: Forbidden: '
+                    "no new finalizers can be added if the object is being deleted"
+                )
+        new = admission.admit(self.registry, resource_type, new, old)
+        if new == old:
+            return copy.deepcopy(old)
+        ignore_status = resource_type.status_subresource
+        if meta.content_without_metadata(new, ignore_status) != meta.content_without_metadata(
+            old, ignore_status
+        ):
+            new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        if dry_run:
+            return new
+        updated = self._commit(resource_type, "MODIFIED", new, old)
+        if resource_type.storage_key == CRD_KEY:
+            self._serve_crd(updated)
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            self._remove(resource_type, updated)
+        return updated
+
+    def patch(
+        self,
+        resource_type: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Apply a patch of any supported content type; apply-patch creates a missing object."""
+        bucket_key = (namespace if resource_type.namespaced else "", name)
+        if content_type == APPLY_PATCH and bucket_key not in self._bucket(resource_type):
+            if not isinstance(body, dict):
+                raise BadRequest("apply patch body must be an object")
+            created = copy.deepcopy(body)
+            meta.metadata_of(created).setdefault("name", name)
+            return self.create(resource_type, namespace, created, dry_run=dry_run)
+        current = self.get(resource_type, namespace, name)
+        patched = apply_patch(current, body, content_type, custom=not resource_type.builtin)
+        patched_meta = meta.metadata_of(patched)
+        if patched_meta.get("resourceVersion") is None:
+            # No resourceVersion in the patch: it applies to the latest object. One in it is a precondition.
+            patched_meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return self.update(resource_type, namespace, name, patched, subresource=subresource, dry_run=dry_run)
+
+    # ---- delete, finalizers, garbage collection, namespaces ------------------------------------------------
+    def delete(
+        self,
+        resource_type: ResourceType,
+        namespace: str,
+        name: str,
+        *,
+        propagation: str | None = None,
+        preconditions: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Delete now, or mark with deletionTimestamp while finalizers remain; returns the object."""
+        obj = self._find(resource_type, namespace, name)
+        for field, key in (("uid", "uid"), ("resourceVersion", "resourceVersion")):
+            wanted = (preconditions or {}).get(field)
+            if wanted and wanted != obj["metadata"].get(key):
+                raise Conflict(
+                    f"Precondition failed: {field} in precondition: {wanted}, {field} in object meta: "
+                    f"{obj['metadata'].get(key)}"
+                )
+        if dry_run:
+            return copy.deepcopy(obj)
+        if resource_type.storage_key == NAMESPACE_KEY:
+            return self._terminate_namespace(resource_type, obj)
+        if propagation == "Orphan":
+            self._orphan_dependents(obj["metadata"]["uid"])
+        if obj["metadata"].get("finalizers"):
+            if obj["metadata"].get("deletionTimestamp"):
+                return copy.deepcopy(obj)
+            marked = copy.deepcopy(obj)
+            marked["metadata"]["deletionTimestamp"] = meta.now_rfc3339()
+            marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            return self._commit(resource_type, "MODIFIED", marked, obj)
+        return self._remove(resource_type, obj)
+
+    def delete_collection(
+        self, resource_type: ResourceType, namespace: str | None, matches: ObjectFilter | None = None
+    ) -> list[dict[str, Any]]:
+        items, _ = self.list_objects(resource_type, namespace, matches)
+        deleted = []
+        for item in items:
+            item_meta = item["metadata"]
+            if self.exists_uid(item_meta["uid"]):
+                deleted.append(self.delete(resource_type, item_meta.get("namespace", ""), item_meta["name"]))
+        return deleted
+
+    def _remove(self, resource_type: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        current = self._bucket(resource_type).get(
+            (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        )
+        if current is None or current["metadata"]["uid"] != obj["metadata"]["uid"]:
+            return copy.deepcopy(obj)
+        removed = self._commit(resource_type, "DELETED", copy.deepcopy(current), current)
+        if resource_type.storage_key == CRD_KEY:
+            self._unserve_crd(removed)
+        self._collect_dependents(removed["metadata"]["uid"])
+        namespace = removed["metadata"].get("namespace")
+        if namespace:
+            self._finish_namespace_if_empty(namespace)
+        return removed
+
+    def _dependents(self, owner_uid: str) -> list[tuple[ResourceType, dict[str, Any]]]:
+        found = []
+        for storage_key, bucket in self._objects.items():
+            for obj in bucket.values():
+                refs = obj["metadata"].get("ownerReferences") or []
+                if any(ref.get("uid") == owner_uid for ref in refs):
+                    found.append((self.type_of(*storage_key), obj))
+        return found
+
+    def _collect_dependents(self, owner_uid: str) -> None:
+        """Background cascading deletion: delete dependents left without any live owner, unlink the others."""
+        for resource_type, dependent in self._dependents(owner_uid):
+            refs = dependent["metadata"].get("ownerReferences") or []
+            live = [ref for ref in refs if self.exists_uid(str(ref.get("uid")))]
+            namespace, name = dependent["metadata"].get("namespace", ""), dependent["metadata"]["name"]
+            if not live:
+                self.delete(resource_type, namespace, name)
+            elif len(live) != len(refs):
+                unlinked = copy.deepcopy(dependent)
+                unlinked["metadata"]["ownerReferences"] = live
+                self.update(resource_type, namespace, name, unlinked)
+
+    def _orphan_dependents(self, owner_uid: str) -> None:
+        for resource_type, dependent in self._dependents(owner_uid):
+            unlinked = copy.deepcopy(dependent)
+            refs = unlinked["metadata"].get("ownerReferences") or []
+            unlinked["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != owner_uid]
+            metadata = unlinked["metadata"]
+            self.update(resource_type, metadata.get("namespace", ""), metadata["name"], unlinked)
+
+    def _terminate_namespace(self, resource_type: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        result = copy.deepcopy(obj)
+        if not obj["metadata"].get("deletionTimestamp"):
+            marked = copy.deepcopy(obj)
+            marked["metadata"]["deletionTimestamp"] = meta.now_rfc3339()
+            marked.setdefault("status", {})["phase"] = "Terminating"
+            result = self._commit(resource_type, "MODIFIED", marked, obj)
+        for storage_key in list(self._objects):
+            contained = self.type_of(*storage_key)
+            if contained.namespaced:
+                self.delete_collection(contained, name)
+        self._finish_namespace_if_empty(name)
+        return result
+
+    def _finish_namespace_if_empty(self, namespace: str) -> None:
+        namespaces = self.type_of(*NAMESPACE_KEY)
+        found = self._bucket(namespaces).get(("", namespace))
+        if found is None or not found["metadata"].get("deletionTimestamp"):
+            return
+        if any(
+            key[0] == namespace for k, bucket in self._objects.items() if k != NAMESPACE_KEY for key in bucket
+        ):
+            return
+        if not found["metadata"].get("finalizers"):
+            self._remove(namespaces, found)
+
+    # ---- CRDs ----------------------------------------------------------------------------------------------
+    def _serve_crd(self, crd: dict[str, Any]) -> None:
+        spec = crd.get("spec") or {}
+        self.registry.remove_group_resource(
+            spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
+        )
+        for resource_type in crds.resource_types_for(crd):
+            self.registry.add(resource_type)
+
+    def _unserve_crd(self, crd: dict[str, Any]) -> None:
+        spec = crd.get("spec") or {}
+        group, plural = spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
+        try:
+            served = self.type_of(group, plural)
+        except NotFound:
+            return
+        for obj in list(self._bucket(served).values()):
+            self._remove(served, obj)
+        self.registry.remove_group_resource(group, plural)
+        self._objects.pop((group, plural), None)

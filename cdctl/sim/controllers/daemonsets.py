@@ -1,0 +1,142 @@
+"""Stand-in for the DaemonSet controller: one pod per eligible node, removed when the node stops matching.
+
+A node is eligible when the pod template's nodeSelector, required node affinity and tolerations admit it
+(cdctl.sim.controllers.nodematch). Pods are created bound to their node (`spec.nodeName`), owned by the
+DaemonSet (controller reference, so deleting the DaemonSet collects them), labelled `pod-template-generation`;
+pods of an older template generation or in phase Failed are replaced, and the DaemonSet status counts are
+kept. A DaemonSet that is being deleted is left alone, as Kubernetes does. Run by the rack via ControllerLoop.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from cdctl.sim.apiserver.store import ObjectStore
+from cdctl.sim.controllers.nodematch import pod_fits_node
+
+DAEMONSETS = ("apps", "daemonsets")
+PODS = ("", "pods")
+NODES = ("", "nodes")
+TEMPLATE_GENERATION_LABEL = "pod-template-generation"
+
+
+def pod_is_ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+class DaemonSetController:
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.kinds = (DAEMONSETS, PODS, NODES)
+
+    def reconcile(self) -> None:
+        daemonsets, _ = self.store.list_objects(self.store.type_of(*DAEMONSETS), copies=False)  # read only
+        nodes, _ = self.store.list_objects(self.store.type_of(*NODES), copies=False)
+        pods, _ = self.store.list_objects(self.store.type_of(*PODS), copies=False)
+        for daemonset in daemonsets:
+            if not daemonset["metadata"].get("deletionTimestamp"):
+                self._sync(daemonset, nodes, pods)
+
+    def _owned(self, daemonset: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        uid = daemonset["metadata"]["uid"]
+        return [
+            p
+            for p in pods
+            if any(
+                r.get("uid") == uid and r.get("controller")
+                for r in p["metadata"].get("ownerReferences") or []
+            )
+        ]
+
+    def _sync(
+        self, daemonset: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
+    ) -> None:
+        pods_type = self.store.type_of(*PODS)
+        namespace = daemonset["metadata"]["namespace"]
+        template = (daemonset.get("spec") or {}).get("template") or {}
+        template_spec = template.get("spec") or {}
+        generation = str(daemonset["metadata"].get("generation", 1))
+        on_delete = ((daemonset.get("spec") or {}).get("updateStrategy") or {}).get("type") == "OnDelete"
+        eligible = {n["metadata"]["name"] for n in nodes if pod_fits_node(template_spec, n)}
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for pod in self._owned(daemonset, pods):
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            node = (pod.get("spec") or {}).get("nodeName", "")
+            stale = (
+                not on_delete
+                and pod["metadata"].get("labels", {}).get(TEMPLATE_GENERATION_LABEL) != generation
+            )
+            failed = (pod.get("status") or {}).get("phase") == "Failed"
+            if node not in eligible or stale or failed or by_node.get(node):
+                self.store.delete(pods_type, namespace, pod["metadata"]["name"])
+                continue
+            by_node.setdefault(node, []).append(pod)
+        for node in sorted(eligible - set(by_node)):
+            by_node[node] = [
+                self.store.create(pods_type, namespace, self._pod_for(daemonset, template, node))
+            ]
+        self._write_status(daemonset, eligible, by_node, generation)
+
+    def _pod_for(self, daemonset: dict[str, Any], template: dict[str, Any], node: str) -> dict[str, Any]:
+        template_meta = template.get("metadata") or {}
+        labels = dict(template_meta.get("labels") or {})
+        labels[TEMPLATE_GENERATION_LABEL] = str(daemonset["metadata"].get("generation", 1))
+        spec = copy.deepcopy(template.get("spec") or {})
+        spec["nodeName"] = node
+        return {
+            "metadata": {
+                "generateName": f"{daemonset['metadata']['name']}-",
+                "labels": labels,
+                "annotations": dict(template_meta.get("annotations") or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": daemonset["metadata"]["name"],
+                        "uid": daemonset["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+
+    def _write_status(
+        self,
+        daemonset: dict[str, Any],
+        eligible: set[str],
+        by_node: dict[str, list[dict[str, Any]]],
+        generation: str,
+    ) -> None:
+        scheduled = [pods[0] for node, pods in by_node.items() if node in eligible and pods]
+        ready = sum(1 for pod in scheduled if pod_is_ready(pod))
+        status = {
+            "currentNumberScheduled": len(scheduled),
+            "desiredNumberScheduled": len(eligible),
+            "numberMisscheduled": 0,
+            "numberReady": ready,
+            "numberAvailable": ready,
+            "numberUnavailable": len(eligible) - ready,
+            "updatedNumberScheduled": sum(
+                1
+                for pod in scheduled
+                if pod["metadata"].get("labels", {}).get(TEMPLATE_GENERATION_LABEL) == generation
+            ),
+            "observedGeneration": int(generation),
+        }
+        if daemonset.get("status") != status:
+            daemonsets = self.store.type_of(*DAEMONSETS)
+            latest = self.store.get(
+                daemonsets, daemonset["metadata"]["namespace"], daemonset["metadata"]["name"]
+            )
+            self.store.update(
+                daemonsets,
+                latest["metadata"]["namespace"],
+                latest["metadata"]["name"],
+                {**latest, "status": status},
+                subresource="status",
+            )

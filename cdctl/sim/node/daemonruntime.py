@@ -1,0 +1,92 @@
+"""The rack's container runtime for IMEX daemon pods: `cdctl daemon run` as a local process per pod.
+
+A ProcessRuntime (cdctl.sim.node.processruntime) that runs the pods of the controller's daemon DaemonSets (the
+driver namespace, labelled with a ComputeDomain uid) and gives each the paths its container would see
+through the daemon claim's CDI mount: `IMEXD_DIR` is the domain directory the node's plugin prepared
+(`<node>/plugins/<driver>/domains/<domain uid>`), with the pod's own hosts file in it (also handed to the
+fake `nvidia-imex-ctl`), and `CDCTL_DB` an event log per daemon under `<work dir>/daemons/`, outside the
+domain directory the plugin removes at teardown, so the log stays for exploring. Other pods are not run.
+With a fork server (cdctl.sim.node.forkserver), `cdctl ...` commands start from its warm copy of cdctl instead
+of a fresh interpreter, and probes from `probe_server` (one that imported only what `cdctl daemon check`
+needs, so each fork is small) when the rack sets one. Used by cdctl.sim.rack.launch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, cast
+
+from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
+from cdctl.sim.node.fakeimex import HOSTS_ENV
+from cdctl.sim.node.forkserver import ForkServer
+from cdctl.sim.node.processruntime import ProcessRuntime
+
+
+class DaemonPodRuntime(ProcessRuntime):
+    def __init__(self, work_dir: Path, driver_namespace: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.work_dir = work_dir
+        self.driver_namespace = driver_namespace
+        self.db_dir = work_dir / "daemons"
+        self.fork_server: ForkServer | None = None
+        self.probe_server: ForkServer | None = None  # a lighter one for probes, else fork_server
+
+    def _forkable(self, command: list[str]) -> bool:
+        return self.fork_server is not None and bool(command) and Path(command[0]).name == "cdctl"
+
+    def is_daemon_pod(self, pod: dict[str, Any]) -> bool:
+        metadata = pod["metadata"]
+        return metadata.get("namespace") == self.driver_namespace and LABEL_COMPUTE_DOMAIN in (
+            metadata.get("labels") or {}
+        )
+
+    def daemon_db(self, node: str, domain_uid: str) -> Path:
+        return self.db_dir / f"{node}-{domain_uid[:8]}.db"
+
+    async def _spawn(self, pod: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process:
+        node = pod["spec"]["nodeName"]
+        domain = pod["metadata"]["labels"][LABEL_COMPUTE_DOMAIN]
+        imexd = self.work_dir / node / "plugins" / DRIVER_NAME / "domains" / domain
+        hosts = imexd / "hosts"
+        if not hosts.exists():
+            hosts.write_text(f"127.0.0.1\tlocalhost\n{env.get('POD_IP', '')}\t{pod['metadata']['name']}\n")
+        self.db_dir.mkdir(parents=True, exist_ok=True)
+        # The same dict is the probes' environment, so `cdctl daemon check` finds the same files.
+        env.update(
+            {
+                "IMEXD_DIR": str(imexd),
+                "HOSTS_FILE": str(hosts),
+                HOSTS_ENV: str(hosts),
+                "CDCTL_DB": str(self.daemon_db(node, domain)),
+            }
+        )
+        container = self._container(pod)
+        command = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+        if self.fork_server is None or not self._forkable(command):
+            return await super()._spawn(pod, env)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}.log"
+        forked = await self.fork_server.spawn(command[1:], env, log_path)
+        # The runtime uses pid, returncode, wait, send_signal and kill: a ForkedProcess has them all.
+        return cast(asyncio.subprocess.Process, forked)
+
+    async def _probe(self, command: list[str], env: dict[str, str]) -> bool:
+        if self.fork_server is None or not self._forkable(command):
+            return await super()._probe(command, env)
+        server = self.probe_server or self.fork_server
+        checker = await server.spawn(command[1:], env, Path(os.devnull))
+        return await checker.wait() == 0
+
+    async def stop_all(self) -> None:
+        """Stop every daemon still running (the rack is going away)."""
+        for uid in list(self.running):
+            running = self.running[uid]
+            await self._stop_prober(running)
+            with contextlib.suppress(ProcessLookupError):
+                if running.process.returncode is None:
+                    running.process.terminate()
+        await asyncio.gather(*(r.process.wait() for r in self.running.values()))
+        self.running.clear()

@@ -1,0 +1,478 @@
+"""A simulated kubelet for one node: plugin registration, DRA prepare/unprepare over gRPC, pod status.
+
+On start it registers its Node (if absent) and deletes the node's ResourceSlices, as the real kubelet does.
+Each pass it scans the plugin registration directory (cdctl.sim.node.pluginwatcher), and for every pod bound
+to the node whose claims are allocated and reserved for it, calls NodePrepareResources on each driver's plugin
+over its unix socket with the service version negotiated at registration (one call per driver with all the
+pod's claims; every claim UID must come back without error; failed calls are retried with backoff), records
+the CDI device IDs, hands the pod to a `PodRuntime` and marks it Running (Ready as the runtime says). When
+the pod goes away it stops it and calls NodeUnprepareResources for the claims it tried to prepare that no
+other pod on the node still uses. A driver without a registered plugin for `slice_wipe_delay_s` loses its
+slices on the node. Like the kubelet's pod workers, the running kubelet starts each pod in its own task, so
+a prepare call that waits (a channel claim waiting for its node's IMEX daemon, up to the 45 s budget) does not
+hold back other pods on the node (that daemon's own pod) nor their readiness. Run by the rack; tests drive
+`sync()`, which starts pods one after another and returns when they are done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpclib
+from grpclib.client import Channel
+from grpclib.exceptions import StreamTerminatedError
+
+from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1 as dra_v1
+from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1beta1 as dra_v1beta1
+from cdctl.sim.apiserver.claimrefs import allocated_node, claim_names
+from cdctl.sim.apiserver.errors import ApiError, NotFound
+from cdctl.sim.apiserver.objectmeta import now_rfc3339
+from cdctl.sim.apiserver.store import ObjectStore
+from cdctl.sim.apiserver.watch import StoredEvent, Watcher, WatchEvent
+from cdctl.sim.node.cdiresolver import UnresolvableDevice
+from cdctl.sim.node.pluginwatcher import PluginWatcher, RegisteredPlugin
+from cdctl.sim.node.podstatus import running_status, with_addresses
+
+log = logging.getLogger(__name__)
+PREPARE_TIMEOUT_S = 45.0
+PODS = ("", "pods")
+NODES = ("", "nodes")
+CLAIMS = ("resource.k8s.io", "resourceclaims")
+SLICES = ("resource.k8s.io", "resourceslices")
+_STUBS: dict[str, Any] = {"v1.DRAPlugin": dra_v1, "v1beta1.DRAPlugin": dra_v1beta1}
+
+
+class PrepareFailed(Exception):
+    """A plugin call failed as a whole or for one claim; the kubelet tries again after a backoff."""
+
+
+class NotPreparableYet(PrepareFailed):
+    """The pod's claims are not allocated and reserved yet, or its driver is not registered: try next pass."""
+
+
+class PodRuntime(Protocol):
+    """What runs a pod's containers once its claims are prepared."""
+
+    async def start(self, pod: dict[str, Any], cdi_devices: list[str]) -> None: ...
+
+    async def ready(self, pod: dict[str, Any]) -> bool: ...
+
+    async def stop(self, pod: dict[str, Any]) -> None: ...
+
+
+class ImmediateRuntime:
+    """Runs nothing: every pod is Ready as soon as its claims are prepared."""
+
+    async def start(self, pod: dict[str, Any], cdi_devices: list[str]) -> None:
+        return None
+
+    async def ready(self, pod: dict[str, Any]) -> bool:
+        return True
+
+    async def stop(self, pod: dict[str, Any]) -> None:
+        return None
+
+
+def concerned_nodes(obj: Mapping[str, Any]) -> set[str]:
+    """The nodes a write of `obj` concerns: a pod or slice bound there (spec.nodeName), a claim allocated
+    there."""
+    nodes = {str((obj.get("spec") or {}).get("nodeName") or ""), str(allocated_node(dict(obj)) or "")}
+    return nodes - {""}
+
+
+class NodeRouter:
+    """Hands each committed write to the kubelets of the nodes it concerns (a pod bound there, a slice or an
+    allocated claim there; before or after the write), deciding that once per write: with a watch of its own
+    each of 144 kubelets judged every write of the cluster. Created by cdctl.sim.rack.cluster for its
+    kubelets."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._queues: dict[str, Watcher] = {}
+        store.hub.listeners.append(self._route)
+
+    def attach(self, node: str) -> Watcher:
+        watcher = Watcher(None, None, None, droppable=False)
+        self._queues[node] = watcher
+        return watcher
+
+    def detach(self, node: str) -> None:
+        self._queues.pop(node, None)
+
+    def _route(self, event: StoredEvent) -> None:
+        nodes = concerned_nodes(event.obj)
+        if event.previous is not None:
+            nodes |= concerned_nodes(event.previous)
+        for node in nodes:
+            watcher = self._queues.get(node)
+            if watcher is not None:
+                watcher.queue.put_nowait(WatchEvent(event.type, event.obj, event.storage_key))
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    uid: str
+    name: str
+
+
+@dataclass
+class RunningPod:
+    pod: dict[str, Any]
+    cdi_devices: list[str]
+    ready: bool = False
+
+
+@dataclass
+class SimKubelet:
+    store: ObjectStore
+    node_name: str
+    registry_dir: Path
+    node_labels: dict[str, str] = field(default_factory=dict)
+    node_ip: str = "192.168.0.1"
+    pod_ip_prefix: str = "10.244.0."
+    runtime: PodRuntime = field(default_factory=ImmediateRuntime)
+    tick_s: float = 0.1
+    router: NodeRouter | None = None  # wakes this kubelet for writes that concern its node; else a watch
+    slice_wipe_delay_s: float = 30.0  # the kubelet's defaultWipingDelay after a driver deregisters
+    retry_backoff_s: float = (
+        0.5  # first delay after a failed prepare; doubles per failure up to max_backoff_s
+    )
+    max_backoff_s: float = 10.0
+    running: dict[str, RunningPod] = field(default_factory=dict)  # by pod uid
+    claim_refs: dict[str, dict[str, list[ClaimRef]]] = field(
+        default_factory=dict
+    )  # pod uid -> driver -> claims
+    last_errors: dict[str, str] = field(default_factory=dict)  # pod uid -> why it is not running yet
+    prepare_calls: list[tuple[str, str, list[str]]] = field(
+        default_factory=list
+    )  # (driver, service, claim uids)
+    unprepare_calls: list[tuple[str, str, list[str]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.plugins = PluginWatcher(self.registry_dir)
+        self._next_ip = 2
+        self._task: asyncio.Task[None] | None = None
+        self._registered: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
+        self._deregistered_at: dict[str, float] = {}
+        self._starting: dict[str, asyncio.Task[None]] = {}  # pod uid -> its start, in the running kubelet
+        self._wake: Watcher | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------------------
+    def register_node(self) -> None:
+        """Create the Node if absent, mark it Ready, and wipe the node's ResourceSlices (kubelet start-up)."""
+        nodes = self.store.type_of(*NODES)
+        try:
+            self.store.get(nodes, "", self.node_name)
+        except NotFound:
+            self.store.create(
+                nodes, "", {"metadata": {"name": self.node_name, "labels": dict(self.node_labels)}}
+            )
+        node = self.store.get(nodes, "", self.node_name)
+        node["status"] = {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": self.node_ip},
+                {"type": "Hostname", "address": self.node_name},
+            ],
+        }
+        self.store.update(nodes, "", self.node_name, node, subresource="status")
+        slices = self.store.type_of(*SLICES)
+        self.store.delete_collection(
+            slices, None, lambda s: (s.get("spec") or {}).get("nodeName") == self.node_name
+        )
+
+    async def start(self) -> None:
+        self.register_node()
+        self._task = asyncio.create_task(self._run(), name=f"sim-kubelet-{self.node_name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for uid in list(self._starting):
+            await self._cancel_start(uid)
+
+    async def _run(self) -> None:
+        # Woken by what concerns this node (its pods and slices, claims allocated on it), else every tick:
+        # on a big rack every kubelet waking on every write of the cluster was most of the work.
+        if self.router is not None:
+            watcher = self.router.attach(self.node_name)
+        else:
+            watcher = self.store.watch(None, matches=self._concerns_this_node, droppable=False)
+        self._wake = watcher
+        try:
+            while True:
+                try:
+                    await self.sync(wait=False)
+                except ApiError as error:
+                    log.warning("simulated kubelet %s: %s", self.node_name, error)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow stop()'s cancellation
+                # when the watch delivers at that moment: a busy cluster then never stops its kubelets.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.tick_s):
+                        await watcher.next()
+                while not watcher.queue.empty():
+                    watcher.queue.get_nowait()
+        finally:
+            self._wake = None
+            if self.router is not None:
+                self.router.detach(self.node_name)
+            else:
+                self.store.hub.release(watcher)
+
+    def poke(self) -> None:
+        """Run a pass soon (the runtime's probes changed a pod's readiness), as a watch event would."""
+        if self._wake is not None:
+            self._wake.queue.put_nowait(WatchEvent("POKED", {}, PODS))
+
+    def _concerns_this_node(self, obj: Mapping[str, Any]) -> bool:
+        return self.node_name in concerned_nodes(obj)
+
+    def _wipe_slices_of_gone_drivers(self) -> None:
+        """Delete a driver's slices on this node once it has had no registered plugin for the wipe delay."""
+        current = set(self.plugins.plugins)
+        now = time.monotonic()
+        for driver in self._registered - current:
+            self._deregistered_at.setdefault(driver, now)
+        for driver in current:
+            self._deregistered_at.pop(driver, None)
+        self._registered = current
+        for driver, since in list(self._deregistered_at.items()):
+            if now - since < self.slice_wipe_delay_s:
+                continue
+            del self._deregistered_at[driver]
+            log.info(
+                "simulated kubelet %s: wiping ResourceSlices of deregistered driver %s",
+                self.node_name,
+                driver,
+            )
+            self.store.delete_collection(self.store.type_of(*SLICES), None, self._slice_filter(driver))
+
+    def _slice_filter(self, driver: str) -> Callable[[Mapping[str, Any]], bool]:
+        def on_this_node(resource_slice: Mapping[str, Any]) -> bool:
+            spec = resource_slice.get("spec") or {}
+            return bool(spec.get("nodeName") == self.node_name and spec.get("driver") == driver)
+
+        return on_this_node
+
+    def cdi_devices(self, pod_uid: str) -> list[str]:
+        running = self.running.get(pod_uid)
+        return list(running.cdi_devices) if running else []
+
+    # ---- one pass ------------------------------------------------------------------------------------------
+    async def sync(self, *, wait: bool = True) -> None:
+        """One pass. `wait=False` (the running kubelet) starts pods in background tasks instead of in turn."""
+        await self.plugins.scan()
+        self._wipe_slices_of_gone_drivers()
+        pods = self.store.pods_on_node(self.node_name)  # the kubelet's spec.nodeName field selector
+        live = {
+            p["metadata"]["uid"]: p
+            for p in pods
+            if not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        }
+        for uid in [u for u in {*self.running, *self.claim_refs, *self._starting} if u not in live]:
+            await self._cancel_start(uid)
+            await self._teardown(uid, live)
+        for uid, pod in live.items():
+            if uid in self.running:
+                await self._refresh_readiness(self.running[uid], pod)
+            elif wait:
+                await self._try_start(pod)
+            elif uid not in self._starting:
+                self._starting[uid] = asyncio.create_task(self._start_in_background(uid, pod))
+
+    async def _start_in_background(self, uid: str, pod: dict[str, Any]) -> None:
+        try:
+            await self._try_start(pod)
+        except ApiError as error:
+            log.warning(
+                "simulated kubelet %s: starting %s: %s", self.node_name, pod["metadata"]["name"], error
+            )
+        finally:
+            self._starting.pop(uid, None)
+
+    async def _cancel_start(self, uid: str) -> None:
+        """Stop a start in flight (its pod went away); the claims it asked for stay known to teardown."""
+        task = self._starting.pop(uid, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _try_start(self, pod: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        if time.monotonic() < self._retry_at.get(uid, 0.0):
+            return
+        try:
+            by_driver = self._claims_by_driver(pod)
+            # Like the kubelet's claim cache: known before the call, so a pod deleted after a failed prepare
+            # still gets its claims unprepared.
+            self.claim_refs[uid] = by_driver
+            cdi_devices: list[str] = []
+            for driver, refs in by_driver.items():
+                cdi_devices += await self._prepare(driver, refs)
+        except NotPreparableYet as reason:
+            self.last_errors[uid] = str(reason)
+            return
+        except PrepareFailed as reason:
+            self.last_errors[uid] = str(reason)
+            failures = self._failures.get(uid, 0) + 1
+            self._failures[uid] = failures
+            delay = min(self.max_backoff_s, self.retry_backoff_s * 2 ** (failures - 1))
+            self._retry_at[uid] = time.monotonic() + delay
+            return
+        self._forget_failures(uid)
+        pod = self._assign_address(pod)
+        running = RunningPod(pod, cdi_devices)
+        self.running[uid] = running
+        try:
+            await self.runtime.start(pod, cdi_devices)
+        except (OSError, ValueError, UnresolvableDevice) as error:
+            # The container cannot start; the pod stays not Ready, as with a failing container.
+            self.last_errors[uid] = f"starting the pod: {error}"
+        await self._refresh_readiness(running, pod, first=True)
+
+    def _assign_address(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """Give the pod its IP before its containers start (the sandbox comes first), so env can use it."""
+        pods = self.store.type_of(*PODS)
+        latest = self.store.get(pods, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        status = dict(latest.get("status") or {})
+        if status.get("podIP"):
+            return latest
+        address = f"{self.pod_ip_prefix}{self._next_ip}"
+        self._next_ip += 1
+        status = with_addresses(status, address, self.node_ip, now_rfc3339())
+        return self.store.update(
+            pods,
+            latest["metadata"]["namespace"],
+            latest["metadata"]["name"],
+            {**latest, "status": status},
+            subresource="status",
+        )
+
+    def _forget_failures(self, uid: str) -> None:
+        self.last_errors.pop(uid, None)
+        self._failures.pop(uid, None)
+        self._retry_at.pop(uid, None)
+
+    def _claims_by_driver(self, pod: dict[str, Any]) -> dict[str, list[ClaimRef]]:
+        names = claim_names(pod)
+        if names is None:
+            raise NotPreparableYet("waiting for the pod's ResourceClaims to be created")
+        namespace = pod["metadata"]["namespace"]
+        by_driver: dict[str, list[ClaimRef]] = {}
+        for name in names:
+            try:
+                claim = self.store.get(self.store.type_of(*CLAIMS), namespace, name)
+            except NotFound as error:
+                raise NotPreparableYet(f"ResourceClaim {namespace}/{name} does not exist") from error
+            status = claim.get("status") or {}
+            if not any(r.get("uid") == pod["metadata"]["uid"] for r in status.get("reservedFor") or []):
+                raise NotPreparableYet(f"ResourceClaim {namespace}/{name} is not reserved for the pod yet")
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+            ref = ClaimRef(namespace, claim["metadata"]["uid"], name)
+            for driver in sorted({r["driver"] for r in results}):
+                by_driver.setdefault(driver, []).append(ref)
+        return by_driver
+
+    def _plugin(self, driver: str) -> RegisteredPlugin:
+        plugin = self.plugins.plugins.get(driver)
+        if plugin is None:
+            raise NotPreparableYet(f"DRA driver {driver} is not registered")
+        return plugin
+
+    async def _call(self, driver: str, refs: list[ClaimRef], prepare: bool) -> dict[str, Any]:
+        plugin = self._plugin(driver)
+        module = _STUBS[plugin.service]
+        claims = [module.Claim(namespace=r.namespace, uid=r.uid, name=r.name) for r in refs]
+        channel = Channel(path=str(plugin.endpoint))
+        try:
+            stub = module.DraPluginStub(channel)
+            if prepare:
+                request = module.NodePrepareResourcesRequest(claims=claims)
+                response = await stub.node_prepare_resources(request, timeout=PREPARE_TIMEOUT_S)
+            else:
+                request = module.NodeUnprepareResourcesRequest(claims=claims)
+                response = await stub.node_unprepare_resources(request, timeout=PREPARE_TIMEOUT_S)
+        except (OSError, TimeoutError, grpclib.GRPCError, StreamTerminatedError) as error:
+            verb = "NodePrepareResources" if prepare else "NodeUnprepareResources"
+            raise PrepareFailed(f"{verb} for {driver}: {error}") from error
+        finally:
+            channel.close()
+        calls = self.prepare_calls if prepare else self.unprepare_calls
+        calls.append((driver, plugin.service, [r.uid for r in refs]))
+        answered = dict(response.claims)
+        missing = [r.uid for r in refs if r.uid not in answered]
+        if missing:
+            raise PrepareFailed(f"{driver} left out/skipped {len(missing)} claims: {missing}")
+        unknown = sorted(set(answered) - {r.uid for r in refs})
+        if unknown:
+            raise PrepareFailed(f"{driver} answered for claims it was not asked about: {unknown}")
+        failed = {uid: entry.error for uid, entry in answered.items() if entry.error}
+        if failed:
+            raise PrepareFailed(f"{driver} failed claims: {failed}")
+        return answered
+
+    async def _prepare(self, driver: str, refs: list[ClaimRef]) -> list[str]:
+        answered = await self._call(driver, refs, prepare=True)
+        return [cdi for ref in refs for device in answered[ref.uid].devices for cdi in device.cdi_device_ids]
+
+    async def _teardown(self, uid: str, live: dict[str, dict[str, Any]]) -> None:
+        running = self.running.get(uid)
+        if running is not None:
+            await self.runtime.stop(running.pod)
+        still_used = {
+            ref.uid
+            for other_uid, by_driver in self.claim_refs.items()
+            if other_uid != uid and other_uid in live
+            for refs in by_driver.values()
+            for ref in refs
+        }
+        try:
+            for driver, refs in self.claim_refs.get(uid, {}).items():
+                unused = [ref for ref in refs if ref.uid not in still_used]
+                if unused:
+                    await self._call(driver, unused, prepare=False)
+        except PrepareFailed as reason:
+            self.last_errors[uid] = str(reason)
+            return
+        self.running.pop(uid, None)
+        self.claim_refs.pop(uid, None)
+        self._forget_failures(uid)
+
+    # ---- pod status ----------------------------------------------------------------------------------------
+    async def _refresh_readiness(self, running: RunningPod, pod: dict[str, Any], first: bool = False) -> None:
+        ready = await self.runtime.ready(pod)
+        if not first and ready == running.ready:
+            return
+        running.ready = ready
+        self._write_status(pod, ready)
+
+    def _write_status(self, pod: dict[str, Any], ready: bool) -> None:
+        pods = self.store.type_of(*PODS)
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        try:
+            latest = self.store.get(pods, namespace, name)
+        except NotFound:
+            return
+        status = running_status(latest, ready, now_rfc3339())
+        self.store.update(pods, namespace, name, {**latest, "status": status}, subresource="status")

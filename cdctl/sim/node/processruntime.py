@@ -1,0 +1,241 @@
+"""A container runtime stand-in: runs a pod's first container as a local process.
+
+The simulated kubelet (cdctl.sim.node.kubelet) hands it every pod whose claims are prepared. For pods
+`selects` accepts, it starts the container's `command` + `args` with the environment a container would see:
+the container's `env` (values and the downward-API fieldRefs metadata.name/namespace/uid, spec.nodeName,
+status.podIP/hostIP) plus the CDI edits of the pod's devices (cdctl.sim.node.cdiresolver). Probes run as the
+kubelet's probe workers do, one task per running container, each probe on a tick every `periodSeconds` from
+the container's start: the `startupProbe.exec` command from `initialDelaySeconds` until it passes (its
+failureThreshold, 20 minutes for the IMEX daemon, is not enforced); then at once the `readinessProbe.exec`
+command (the kubelet triggers it when the startup probe succeeds) and at every tick after, Ready flipping
+after `successThreshold` passes or `failureThreshold` failures in a row. Without a readiness probe the
+container is Ready once started. Each change of readiness is handed to `on_change` (the rack wakes the
+node's kubelet, which writes the pod status); `probe_period_s`, when set, replaces every period (tests). An
+exited process is restarted (probes start over) unless `restartPolicy` is Never. Stop sends SIGTERM. Other
+pods are Ready at once. Output goes to `<log_dir>/<namespace>_<pod>.log`. Used by the rack launcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cdctl.sim.apiserver.selectors import field_value
+from cdctl.sim.node.cdiresolver import resolve
+
+log = logging.getLogger(__name__)
+STOP_GRACE_S = 10.0
+
+
+def container_env(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """The container's `env`, with downward-API field references resolved against the pod."""
+    env: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        if "value" in entry:
+            env[entry["name"]] = str(entry["value"])
+            continue
+        path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if path:
+            env[entry["name"]] = field_value(pod, str(path))
+    return env
+
+
+@dataclass(frozen=True)
+class ExecProbe:
+    """One exec probe of a container spec, with the kubelet's defaults."""
+
+    command: list[str]
+    initial_delay_s: float = 0.0
+    period_s: float = 10.0
+    success_threshold: int = 1
+    failure_threshold: int = 3
+
+    @classmethod
+    def of(cls, container: dict[str, Any], kind: str) -> ExecProbe | None:
+        probe = container.get(kind) or {}
+        command = (probe.get("exec") or {}).get("command")
+        if not command:
+            return None
+        return cls(
+            [str(a) for a in command],
+            float(probe.get("initialDelaySeconds") or 0),
+            float(probe.get("periodSeconds") or 10),
+            int(probe.get("successThreshold") or 1),
+            int(probe.get("failureThreshold") or 3),
+        )
+
+
+@dataclass
+class _Running:
+    process: asyncio.subprocess.Process
+    env: dict[str, str]
+    restarts: int = 0
+    ready: bool = False
+    started: bool = False  # the startup probe passed (or there is none)
+    prober: asyncio.Task[None] | None = None
+
+
+@dataclass
+class ProcessRuntime:
+    selects: Callable[[dict[str, Any]], bool]
+    cdi_dirs: Callable[[str], list[Path]]  # node name -> that node's CDI spec directories
+    log_dir: Path
+    base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    probe_period_s: float | None = None  # None: each probe's periodSeconds
+    on_change: Callable[[dict[str, Any]], None] | None = None  # a running pod's readiness changed
+    running: dict[str, _Running] = field(default_factory=dict)  # by pod uid
+
+    @staticmethod
+    def _container(pod: dict[str, Any]) -> dict[str, Any]:
+        containers = (pod.get("spec") or {}).get("containers") or []
+        if not containers:
+            raise ValueError(f"pod {pod['metadata']['name']} has no container")
+        return dict(containers[0])
+
+    async def _spawn(self, pod: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process:
+        container = self._container(pod)
+        argv = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+        if not argv:
+            raise ValueError(f"pod {pod['metadata']['name']}: the container has no command to run")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}.log"
+        with log_path.open("ab") as output:
+            return await asyncio.create_subprocess_exec(*argv, env=env, stdout=output, stderr=output)
+
+    async def start(self, pod: dict[str, Any], cdi_devices: list[str]) -> None:
+        if not self.selects(pod):
+            return
+        node = str((pod.get("spec") or {}).get("nodeName", ""))
+        env = dict(self.base_env)
+        env.update(resolve(self.cdi_dirs(node), cdi_devices).env)
+        env.update(container_env(pod, self._container(pod)))
+        process = await self._spawn(pod, env)
+        running = _Running(process, env)
+        self.running[pod["metadata"]["uid"]] = running
+        self._start_prober(pod, running)
+        log.info(
+            "simulated runtime: started %s/%s as pid %d",
+            pod["metadata"]["namespace"],
+            pod["metadata"]["name"],
+            process.pid,
+        )
+
+    async def ready(self, pod: dict[str, Any]) -> bool:
+        """What the probes last said (restarting an exited container first, unless restartPolicy Never)."""
+        if not self.selects(pod):
+            return True
+        running = self.running.get(pod["metadata"]["uid"])
+        if running is None:
+            return False
+        if running.process.returncode is not None:
+            if (pod.get("spec") or {}).get("restartPolicy") == "Never":
+                return False
+            await self._stop_prober(running)
+            running.process = await self._spawn(pod, running.env)
+            running.restarts += 1
+            running.ready = running.started = False
+            self._start_prober(pod, running)
+        return running.ready
+
+    # ---- probe workers ---------------------------------------------------------------------------------
+    def _start_prober(self, pod: dict[str, Any], running: _Running) -> None:
+        container = self._container(pod)
+        if not any(ExecProbe.of(container, kind) for kind in ("startupProbe", "readinessProbe")):
+            running.started = running.ready = True  # no probes: Ready once started
+            return
+        name = f"probes {pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        running.prober = asyncio.create_task(self._probe_container(pod, running), name=name)
+
+    @staticmethod
+    async def _stop_prober(running: _Running) -> None:
+        task, running.prober = running.prober, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def _period(self, probe: ExecProbe) -> float:
+        return max(0.01, probe.period_s if self.probe_period_s is None else self.probe_period_s)
+
+    async def _passes(self, probe: ExecProbe, running: _Running) -> bool:
+        try:
+            return await self._probe(probe.command, running.env)
+        except OSError as error:  # the probe's command cannot start: a failed probe, as for the kubelet
+            log.warning("simulated runtime: probe %s failed to start: %s", probe.command, error)
+            return False
+
+    def _set_ready(self, pod: dict[str, Any], running: _Running, ready: bool) -> None:
+        if ready != running.ready:
+            running.ready = ready
+            if self.on_change is not None:
+                self.on_change(pod)
+
+    async def _until_tick(self, began: float, probe: ExecProbe) -> None:
+        """Sleep to the probe's next tick: a kubelet probe worker ticks every period from its start, whatever
+        ran in between (so a probe triggered off the beat, as readiness after startup, waits less)."""
+        period = self._period(probe)
+        ticks = math.floor((time.monotonic() - began) / period) + 1
+        await asyncio.sleep(max(0.0, began + ticks * period - time.monotonic()))
+
+    async def _probe_container(self, pod: dict[str, Any], running: _Running) -> None:
+        container = self._container(pod)
+        startup = ExecProbe.of(container, "startupProbe")
+        readiness = ExecProbe.of(container, "readinessProbe")
+        began = time.monotonic()
+        if startup is not None:
+            await asyncio.sleep(startup.initial_delay_s)
+            while not await self._passes(startup, running):
+                await self._until_tick(began, startup)
+        running.started = True
+        if readiness is None:
+            self._set_ready(pod, running, True)
+            return
+        await asyncio.sleep(max(0.0, readiness.initial_delay_s - (time.monotonic() - began)))
+        passes = fails = 0
+        while True:
+            if await self._passes(readiness, running):
+                passes, fails = passes + 1, 0
+                if passes >= readiness.success_threshold:
+                    self._set_ready(pod, running, True)
+            else:
+                passes, fails = 0, fails + 1
+                if fails >= readiness.failure_threshold:
+                    self._set_ready(pod, running, False)
+            await self._until_tick(began, readiness)
+
+    async def _probe(self, command: list[str], env: dict[str, str]) -> bool:
+        """Run one exec probe; it passes when the command exits 0."""
+        checker = await asyncio.create_subprocess_exec(
+            *command, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        try:
+            return await checker.wait() == 0
+        except asyncio.CancelledError:  # the pod is stopping: so does its probe
+            with contextlib.suppress(ProcessLookupError):
+                checker.kill()
+            await checker.wait()
+            raise
+
+    async def stop(self, pod: dict[str, Any]) -> None:
+        running = self.running.pop(pod["metadata"]["uid"], None)
+        if running is None:
+            return
+        await self._stop_prober(running)
+        if running.process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            running.process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(running.process.wait(), timeout=STOP_GRACE_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                running.process.kill()
+            await running.process.wait()

@@ -1,0 +1,206 @@
+"""The cluster-wide objects the Helm chart installs, read from the chart itself for the simulated cluster.
+
+The simulated cluster (`cdctl sim` and the integration tests) calls `cluster_bootstrap_objects()` to create
+the CustomResourceDefinitions and DeviceClasses exactly as `helm install` would, so that the chart stays the
+one source of truth for them. Helm is not needed at runtime (helm-python-sdk is a development dependency):
+
+- CRDs are the documents of `charts/cdctl/crds/*.yaml`, which Helm installs verbatim (no templating).
+- DeviceClasses come from `charts/cdctl/files/deviceclasses.yaml`, the list that
+  `templates/deviceclasses.yaml` renders for Helm. This module applies the same two rules as that template:
+  the class apiVersion (`resourceApiVersion`, else `resource.k8s.io/v1`, which is what Helm picks offline and
+  on any cluster serving v1), and leaving out `driverManagedOnly` classes when the effective `HostManagedIMEX`
+  gate is on. Helm's bookkeeping labels (`helm.sh/chart`, `app.kubernetes.io/*`) are not added.
+  tests/chart checks the result against Helm's own rendering for several sets of values.
+
+Values are merged over the chart's `values.yaml` and validated against its `values.schema.json`, like Helm.
+
+Where the chart is found: `chart_dir()` looks for `charts/cdctl` at the root of the source checkout this
+module was imported from (the editable install `make` sets up: `<repo>/cdctl/sim/rack/chart.py` gives
+`<repo>/charts/cdctl`), then under `<sys.prefix>/share/cdctl/charts/cdctl` for an installation that ships the
+chart as data files. Every function also takes an explicit `chart` directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+CHART_NAME = "cdctl"
+
+# Gate defaults, as in templates/_helpers.tpl ("cdctl.gate") and the components' own gate registry.
+GATE_DEFAULTS: Mapping[str, bool] = {
+    "IMEXDaemonsWithDNSNames": True,
+    "ComputeDomainCliques": True,
+    "CrashOnNVLinkFabricErrors": True,
+    "HostManagedIMEX": False,
+}
+# Gates that HostManagedIMEX forces off.
+_HOST_MANAGED_FORCES_OFF = ("IMEXDaemonsWithDNSNames", "ComputeDomainCliques")
+
+_DEFAULT_RESOURCE_API_VERSION = "resource.k8s.io/v1"
+
+
+class ChartError(Exception):
+    """The chart could not be found or read, or the values are not acceptable to it."""
+
+
+class ChartNotFoundError(ChartError):
+    """No chart directory at any of the places `chart_dir` looks."""
+
+
+class ChartValuesError(ChartError):
+    """Values the chart refuses (schema violation or a gate combination the components reject)."""
+
+
+def chart_dir() -> Path:
+    """The chart directory: `<repo>/charts/cdctl` of this checkout, else under `<sys.prefix>/share/cdctl`."""
+    candidates = [
+        Path(__file__).resolve().parents[3] / "charts" / CHART_NAME,
+        Path(sys.prefix) / "share" / "cdctl" / "charts" / CHART_NAME,
+    ]
+    for candidate in candidates:
+        if (candidate / "Chart.yaml").is_file():
+            return candidate
+    looked = ", ".join(str(c) for c in candidates)
+    raise ChartNotFoundError(f"the {CHART_NAME} Helm chart was not found (looked in {looked})")
+
+
+def _resolve(chart: Path | None) -> Path:
+    return chart if chart is not None else chart_dir()
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as error:
+        raise ChartError(f"{path}: {error}") from error
+
+
+def default_values(chart: Path | None = None) -> dict[str, Any]:
+    """The chart's `values.yaml`."""
+    values = _load_yaml(_resolve(chart) / "values.yaml")
+    if not isinstance(values, dict):
+        raise ChartError(f"{_resolve(chart) / 'values.yaml'}: not a mapping")
+    return values
+
+
+def _coalesce(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Helm's value merge: maps merge key by key, anything else replaces; a null override deletes the key."""
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _coalesce(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def merged_values(values: Mapping[str, Any] | None = None, *, chart: Path | None = None) -> dict[str, Any]:
+    """`values` merged over the chart defaults and checked against `values.schema.json` and the gate rules."""
+    directory = _resolve(chart)
+    merged = _coalesce(default_values(directory), values or {})
+    schema_path = directory / "values.schema.json"
+    try:
+        schema = json.loads(schema_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ChartError(f"{schema_path}: {error}") from error
+    errors = sorted(
+        jsonschema.Draft7Validator(schema).iter_errors(merged), key=lambda e: [str(p) for p in e.path]
+    )
+    if errors:
+        first = errors[0]
+        where = "".join(f"/{part}" for part in first.absolute_path)
+        raise ChartValuesError(f"values don't meet the chart's schema: at '{where}': {first.message}")
+    gates = feature_gates(merged)
+    if gates["ComputeDomainCliques"] and not gates["IMEXDaemonsWithDNSNames"]:
+        raise ChartValuesError(
+            "feature gate validation failed: feature gate ComputeDomainCliques requires "
+            "IMEXDaemonsWithDNSNames to also be enabled"
+        )
+    return merged
+
+
+def feature_gates(values: Mapping[str, Any]) -> dict[str, bool]:
+    """Effective gates of merged values: defaults, then `featureGates`, then HostManagedIMEX's overrides."""
+    configured = values.get("featureGates") or {}
+    gates = {name: bool(configured.get(name, default)) for name, default in GATE_DEFAULTS.items()}
+    if gates["HostManagedIMEX"]:
+        for name in _HOST_MANAGED_FORCES_OFF:
+            gates[name] = False
+    return gates
+
+
+def crds(chart: Path | None = None) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions in the chart's `crds/`, in file-name order (as Helm installs them)."""
+    directory = _resolve(chart) / "crds"
+    objects: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        except (OSError, yaml.YAMLError) as error:
+            raise ChartError(f"{path}: {error}") from error
+        for document in documents:
+            if document is None:
+                continue
+            if not isinstance(document, dict) or document.get("kind") != "CustomResourceDefinition":
+                raise ChartError(f"{path}: every document in crds/ must be a CustomResourceDefinition")
+            objects.append(document)
+    if not objects:
+        raise ChartError(f"{directory}: no CustomResourceDefinitions")
+    return objects
+
+
+def device_classes(
+    values: Mapping[str, Any] | None = None,
+    *,
+    chart: Path | None = None,
+    resource_api_version: str | None = None,
+) -> list[dict[str, Any]]:
+    """The DeviceClasses Helm renders for `values`.
+
+    `resource_api_version` ("resource.k8s.io/v1beta1", ...) stands in for what Helm reads from the cluster
+    when `resourceApiVersion` is empty; the default is v1.
+    """
+    directory = _resolve(chart)
+    merged = merged_values(values, chart=directory)
+    host_managed = feature_gates(merged)["HostManagedIMEX"]
+    if merged.get("resourceApiVersion"):
+        api_version = f"resource.k8s.io/{merged['resourceApiVersion']}"
+    else:
+        api_version = resource_api_version or _DEFAULT_RESOURCE_API_VERSION
+    classes = _load_yaml(directory / "files" / "deviceclasses.yaml")
+    if not isinstance(classes, list):
+        raise ChartError(f"{directory / 'files' / 'deviceclasses.yaml'}: not a list")
+    return [
+        {
+            "apiVersion": api_version,
+            "kind": "DeviceClass",
+            "metadata": {"name": entry["name"]},
+            "spec": {"selectors": [{"cel": {"expression": entry["selector"]}}]},
+        }
+        for entry in classes
+        if not (entry.get("driverManagedOnly") and host_managed)
+    ]
+
+
+def cluster_bootstrap_objects(
+    values: Mapping[str, Any] | None = None,
+    *,
+    chart: Path | None = None,
+    resource_api_version: str | None = None,
+) -> list[dict[str, Any]]:
+    """CRDs first, then DeviceClasses: what the simulated cluster creates before starting any component."""
+    directory = _resolve(chart)
+    return crds(directory) + device_classes(
+        values, chart=directory, resource_api_version=resource_api_version
+    )

@@ -1,0 +1,151 @@
+"""The simulated cluster in one object: API server, stand-in controllers and one kubelet per GPU node.
+
+`async with SimCluster(work_dir, topology) as cluster:` starts the API server on loopback, the
+ResourceClaim-from-template controller, the allocator (scheduler), the DaemonSet controller, and a kubelet for
+every node of the fake NVLink topology (each with its own plugin registration and plugin directories under
+`work_dir`, short enough for unix socket paths). Clients connect with `cluster.write_kubeconfig(path)` or
+`cluster.url`; a node's kubelet plugin is pointed at `registry_dir(node)` / `plugin_dir(node)` and given
+`--fake-nvml <topology.node(node).fake_nvml_spec()>` (or, in process, `NodeDeviceLib`) and the fake driver
+files of `driver_files(node)`; `fake_imex_env()` puts the fake IMEX commands on a PATH. Used by `cdctl sim`
+and the integration tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from types import TracebackType
+
+from cdctl.sim.apiserver.server import ApiServer
+from cdctl.sim.apiserver.settings import ServerSettings
+from cdctl.sim.controllers.allocator import Allocator
+from cdctl.sim.controllers.claimtemplates import ClaimTemplateController
+from cdctl.sim.controllers.controllerloop import ControllerLoop
+from cdctl.sim.controllers.daemonsets import DaemonSetController
+from cdctl.sim.node import fakeimex
+from cdctl.sim.node.fakedriver import DriverFiles, write_driver_files
+from cdctl.sim.node.kubelet import ImmediateRuntime, NodeRouter, PodRuntime, SimKubelet
+from cdctl.sim.node.topology import Topology, build_topology
+
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+RACK_LABEL = "cdctl.sim/rack"
+
+
+class SimCluster:
+    def __init__(
+        self,
+        work_dir: Path,
+        topology: Topology | None = None,
+        *,
+        settings: ServerSettings | None = None,
+        runtime: PodRuntime | None = None,
+        kubelet_tick_s: float = 0.1,
+    ) -> None:
+        self.work_dir = work_dir
+        self.topology = topology or build_topology(racks=1)
+        self.apiserver = ApiServer(settings=settings)
+        self.store = self.apiserver.store
+        self.runtime = runtime or ImmediateRuntime()
+        claim_templates = ClaimTemplateController(self.store)
+        allocator = Allocator(self.store)
+        daemonsets = DaemonSetController(self.store)
+        self.controllers = [
+            ControllerLoop("claim-templates", self.store, claim_templates.kinds, claim_templates.reconcile),
+            ControllerLoop("allocator", self.store, allocator.kinds, allocator.reconcile),
+            ControllerLoop("daemonsets", self.store, daemonsets.kinds, daemonsets.reconcile),
+        ]
+        self.kubelets: dict[str, SimKubelet] = {}
+        self._driver_files: dict[str, DriverFiles] = {}
+        router = NodeRouter(self.store)
+        for index, node in enumerate(self.topology.nodes.values()):
+            self.kubelets[node.name] = SimKubelet(
+                self.store,
+                node.name,
+                self.registry_dir(node.name),
+                node_labels={GPU_PRESENT_LABEL: "true", RACK_LABEL: str(node.rack)},
+                node_ip=f"192.168.{index // 250}.{index % 250 + 1}",
+                pod_ip_prefix=f"10.{index // 250}.{index % 250}.",
+                runtime=self.runtime,
+                tick_s=kubelet_tick_s,
+                router=router,
+            )
+
+    @property
+    def url(self) -> str:
+        return self.apiserver.url
+
+    def node_dir(self, node: str) -> Path:
+        return self.work_dir / node
+
+    def registry_dir(self, node: str) -> Path:
+        """The node's kubelet plugin registration directory (`plugins_registry`)."""
+        return self.node_dir(node) / "plugins_registry"
+
+    def plugin_dir(self, node: str, driver: str) -> Path:
+        """The node's data directory of one plugin (`plugins/<driver>`)."""
+        return self.node_dir(node) / "plugins" / driver
+
+    def driver_files(self, node: str) -> DriverFiles:
+        """The node's fake `/proc` driver files (written at start) for the plugin's settings."""
+        return self._driver_files[node]
+
+    def fake_imex_env(self) -> dict[str, str]:
+        """Environment that puts the fake `nvidia-imex` / `nvidia-imex-ctl` first on PATH, with one peer
+        registry for the whole cluster (installed at start)."""
+        return {
+            "PATH": f"{self.work_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            fakeimex.REGISTRY_ENV: str(self.work_dir / "imex-registry"),
+        }
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        return self.apiserver.write_kubeconfig(path)
+
+    async def start(self) -> None:
+        fakeimex.install_executables(self.work_dir / "bin")
+        for node in self.topology.nodes:
+            self.registry_dir(node).mkdir(parents=True, exist_ok=True)
+            self._driver_files[node] = write_driver_files(self.node_dir(node) / "driver")
+        await self.apiserver.start()
+        for kubelet in self.kubelets.values():
+            await kubelet.start()
+        for controller in self.controllers:
+            controller.start()
+
+    async def stop(self) -> None:
+        for controller in self.controllers:
+            await controller.stop()
+        for kubelet in self.kubelets.values():
+            await kubelet.stop()
+        await self.apiserver.stop()
+
+    async def __aenter__(self) -> SimCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+async def serve_cluster_until_stopped(
+    work_dir: Path, topology: Topology, settings: ServerSettings, kubeconfig_out: Path | None
+) -> None:
+    """Run a SimCluster until SIGTERM or SIGINT (the body of `cdctl sim cluster`)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with SimCluster(work_dir, topology, settings=settings) as cluster:
+        if kubeconfig_out is not None:
+            cluster.write_kubeconfig(kubeconfig_out)
+        print(
+            f"simulated cluster listening on {cluster.url}: {len(topology.nodes)} nodes, "
+            f"plugin registration directories under {work_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+        await stop.wait()

@@ -1,0 +1,284 @@
+"""The simulated GB200 rack with the real components, each in its own process: what `cdctl sim rack` runs.
+
+`async with Rack(RackSettings(...)) as rack:` starts, in this order:
+1. the simulated cluster (cdctl.sim.rack.cluster: API server, claim-template controller, scheduler/allocator,
+   DaemonSet controller, one simulated kubelet per node) plus the Job controller stand-in
+   (cdctl.sim.controllers.jobs);
+2. the chart's CRDs and DeviceClasses (cdctl.sim.rack.chart, with the mode's HostManagedIMEX gate), the driver
+   namespace, and on every node what GPU Feature Discovery and the device plugin would add: the
+   `nvidia.com/gpu.clique` label (from the fake NVLink topology) and 4 allocatable `nvidia.com/gpu`;
+3. `cdctl controller` and one `cdctl kubelet-plugin` per node, each a child process with its own event log,
+   sockets and CDI root under the node's directory (cdctl.sim.rack.components);
+4. in driver-managed mode the daemon pods the controller's DaemonSets create are run by the simulated
+   container runtime as `cdctl daemon run` processes, probed with `cdctl daemon check`
+   (cdctl.sim.node.daemonruntime); host-managed mode runs none (the host's IMEX stands in). These `cdctl`
+   processes start from a fork server that has imported cdctl once (cdctl.sim.node.forkserver), and the
+   daemons' probes from a second, small one that imported only `cdctl daemon check`, unless
+   `fork_server=False`: each is still its own process, without a second of imports apiece. The daemon pods are
+   probed as their spec says (its startupProbe, then at once and every period its readinessProbe:
+   `probe_period_s=None`).
+It returns once every plugin has registered with its kubelet and published its ResourceSlice. Leaving the
+block stops the children with SIGTERM (the daemons first), then the cluster. Used by cdctl.sim.rack.scenario,
+the integration tests and bench/formation.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from cdctl.domain.computedomains import DRIVER_NAME
+from cdctl.sim.apiserver.errors import AlreadyExists
+from cdctl.sim.controllers.controllerloop import ControllerLoop
+from cdctl.sim.controllers.jobs import JobController, serve_jobs
+from cdctl.sim.node.daemonruntime import DaemonPodRuntime
+from cdctl.sim.node.forkserver import ForkServer
+from cdctl.sim.node.topology import GPUS_PER_NODE, build_topology
+from cdctl.sim.rack.chart import cluster_bootstrap_objects
+from cdctl.sim.rack.cluster import SimCluster
+from cdctl.sim.rack.components import Component, controller_command, plugin_command
+from cdctl.sim.rack.settings import MODES, RackSettings
+
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT = "NVIDIA-GB200"
+KUBELET_TICK_S = 0.1
+NODES_PER_KUBELET_TICK_S = 180  # 18 nodes: 0.1 s; 144 nodes: 0.8 s
+# What the rack's processes import, loaded once by the fork server.
+FORK_SERVER_PRELOAD = [
+    "cdctl.cli.main", "cdctl.cli.controller", "cdctl.cli.plugin", "cdctl.cli.daemon",
+    "cdctl.controller.app", "cdctl.plugin.app", "cdctl.daemon.app",
+    # imported lazily on first use, which every process reaches: SQLAlchemy loads its dialect at the first
+    # create_engine, betterproto2 touches pydantic.dataclasses at the first message it encodes or parses
+    "sqlalchemy.dialects.sqlite.aiosqlite", "pydantic.dataclasses",
+]  # fmt: skip
+# What the daemons' probes (`cdctl daemon check`) import: a fork of this small server costs half as much.
+PROBE_SERVER_PRELOAD = ["cdctl.cli.main", "cdctl.cli.daemon"]
+_PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "DeviceClass": "deviceclasses"}
+
+
+class RackStartError(Exception):
+    """A component did not come up (it exited, or did not register in time)."""
+
+
+@dataclass
+class StartTimings:
+    cluster_s: float = 0.0
+    components_s: float = 0.0  # processes launched -> every plugin registered with a ResourceSlice
+    per_step: dict[str, float] = field(default_factory=dict)
+
+
+class Rack:
+    def __init__(self, settings: RackSettings) -> None:
+        if settings.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        self.settings = settings
+        self.work_dir = settings.work_dir
+        self.topology = build_topology(racks=settings.racks, nodes_per_rack=settings.nodes_per_rack)
+        self.logs_dir = self.work_dir / "logs"
+        self.kubeconfig = self.work_dir / "kubeconfig"
+        self.base_env = dict(os.environ)
+        self.runtime = DaemonPodRuntime(
+            self.work_dir,
+            settings.driver_namespace,
+            selects=self._is_daemon_pod,
+            cdi_dirs=lambda node: [self.cdi_root(node)],
+            log_dir=self.logs_dir / "pods",
+            base_env=self.base_env,
+            probe_period_s=settings.probe_period_s,
+        )
+        # Each kubelet also passes every tick (probes, retries); on a big rack that adds up in this process.
+        tick_s = max(KUBELET_TICK_S, len(self.topology.nodes) / NODES_PER_KUBELET_TICK_S)
+        self.cluster = SimCluster(self.work_dir, self.topology, runtime=self.runtime, kubelet_tick_s=tick_s)
+        self.runtime.on_change = self._readiness_changed
+        self.store = self.cluster.store
+        serve_jobs(self.store)
+        jobs = JobController(self.store)
+        self.cluster.controllers.append(ControllerLoop("jobs", self.store, jobs.kinds, jobs.reconcile))
+        self.controller: Component | None = None
+        self.fork_server: ForkServer | None = None
+        self.probe_server: ForkServer | None = None
+        self.plugins: dict[str, Component] = {}
+        self.timings = StartTimings()
+
+    # ---- paths ---------------------------------------------------------------------------------------------
+    def cdi_root(self, node: str) -> Path:
+        return self.cluster.node_dir(node) / "cdi"
+
+    def plugin_db(self, node: str) -> Path:
+        return self.cluster.plugin_dir(node, DRIVER_NAME) / "events.db"
+
+    @property
+    def controller_db(self) -> Path:
+        return self.work_dir / "controller" / "events.db"
+
+    def daemon_dbs(self) -> list[Path]:
+        return sorted(self.runtime.db_dir.glob("*.db"))
+
+    def _readiness_changed(self, pod: dict[str, Any]) -> None:
+        kubelet = self.cluster.kubelets.get(str((pod.get("spec") or {}).get("nodeName", "")))
+        if kubelet is not None:
+            kubelet.poke()
+
+    def _is_daemon_pod(self, pod: dict[str, Any]) -> bool:
+        return not self.settings.host_managed and self.runtime.is_daemon_pod(pod)
+
+    # ---- start ---------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        started = time.perf_counter()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        await self.cluster.start()
+        self.cluster.write_kubeconfig(self.kubeconfig)
+        imex_env = self.cluster.fake_imex_env()
+        self.base_env.update(imex_env)
+        self.base_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{imex_env['PATH']}"
+        self.base_env["KUBECONFIG"] = str(self.kubeconfig)
+        self.base_env.pop("CDCTL_DB", None)
+        # The simulated API server is plain http, so the processes trust no certificate authority. Without
+        # this, each Kubernetes client parses the system CA bundle (about 17 ms of CPU per process).
+        trust = self.work_dir / "trust"
+        (trust / "certs").mkdir(parents=True, exist_ok=True)
+        (trust / "none.pem").touch()
+        self.base_env.update(SSL_CERT_FILE=str(trust / "none.pem"), SSL_CERT_DIR=str(trust / "certs"))
+        self._install_chart()
+        self._label_gpu_nodes()
+        if self.settings.fork_server:
+            self.fork_server = await ForkServer.start(FORK_SERVER_PRELOAD, env=self.base_env)
+            self.runtime.fork_server = self.fork_server
+            self.probe_server = await ForkServer.start(PROBE_SERVER_PRELOAD, env=self.base_env)
+            self.runtime.probe_server = self.probe_server
+        self.timings.cluster_s = time.perf_counter() - started
+        started = time.perf_counter()
+        await self._start_components()
+        self.timings.components_s = time.perf_counter() - started
+
+    def _create(self, group: str, plural: str, namespace: str, obj: dict[str, Any]) -> None:
+        with contextlib.suppress(AlreadyExists):
+            self.store.create(self.store.type_of(group, plural), namespace, obj)
+
+    def _install_chart(self) -> None:
+        values = {"featureGates": {"HostManagedIMEX": self.settings.host_managed}}
+        for obj in cluster_bootstrap_objects(values):
+            group = obj["apiVersion"].rpartition("/")[0]
+            self._create(group, _PLURALS[obj["kind"]], "", obj)
+        self._create("", "namespaces", "", {"metadata": {"name": self.settings.driver_namespace}})
+        if self.settings.rack_domains_namespace:
+            self._create("", "namespaces", "", {"metadata": {"name": self.settings.rack_domains_namespace}})
+
+    def _label_gpu_nodes(self) -> None:
+        """What GPU Feature Discovery and the device plugin publish: the clique label and the GPU count."""
+        nodes = self.store.type_of("", "nodes")
+        for fake in self.topology.nodes.values():
+            node = self.store.get(nodes, "", fake.name)
+            labels = node["metadata"].setdefault("labels", {})
+            labels.update(
+                {
+                    "kubernetes.io/hostname": fake.name,
+                    "nvidia.com/gpu.count": str(len(fake.gpu_uuids)),
+                    "nvidia.com/gpu.product": GPU_PRODUCT,
+                }
+            )
+            if fake.clique_id:
+                labels[CLIQUE_LABEL] = fake.clique_id
+            node = self.store.update(nodes, "", fake.name, node)
+            gpus = {GPU_RESOURCE: str(len(fake.gpu_uuids) or GPUS_PER_NODE)}
+            node["status"] = {**(node.get("status") or {}), "capacity": gpus, "allocatable": dict(gpus)}
+            self.store.update(nodes, "", fake.name, node, subresource="status")
+
+    async def _start_components(self) -> None:
+        env = dict(self.base_env)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        launched = time.perf_counter()
+        rack_domains = {"RACK_DOMAINS": "true", "RACK_DOMAIN_NAMESPACE": self.settings.rack_domains_namespace}
+        self.controller = await Component.launch(
+            "controller",
+            controller_command(self.settings, self.kubeconfig, self.controller_db, self.topology),
+            {**env, **rack_domains} if self.settings.rack_domains_namespace else env,
+            self.logs_dir / "controller.log",
+            self.fork_server,
+        )
+        for node in self.topology.nodes:
+            self.plugins[node] = await Component.launch(
+                f"plugin {node}",
+                plugin_command(
+                    self.settings,
+                    node,
+                    self.cluster,
+                    self.kubeconfig,
+                    self.cdi_root(node),
+                    self.plugin_db(node),
+                ),
+                env,
+                self.logs_dir / f"plugin-{node}.log",
+                self.fork_server,
+            )
+        self.timings.per_step["launch processes"] = time.perf_counter() - launched
+        await self._wait_until_registered()
+        self.timings.per_step["plugins registered"] = time.perf_counter() - launched
+
+    def registered_nodes(self) -> set[str]:
+        """Nodes whose plugin is registered with the kubelet and has published a ResourceSlice."""
+        slices, _ = self.store.list_objects(self.store.type_of("resource.k8s.io", "resourceslices"))
+        published = {
+            (s.get("spec") or {}).get("nodeName")
+            for s in slices
+            if (s.get("spec") or {}).get("driver") == DRIVER_NAME
+        }
+        return {
+            node
+            for node, kubelet in self.cluster.kubelets.items()
+            if DRIVER_NAME in kubelet.plugins.plugins and node in published
+        }
+
+    def exited(self) -> list[Component]:
+        components = [*([self.controller] if self.controller else []), *self.plugins.values()]
+        return [c for c in components if c.returncode is not None]
+
+    async def _wait_until_registered(self) -> None:
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        while len(self.registered_nodes()) < len(self.topology.nodes):
+            dead = self.exited()
+            if dead:
+                raise RackStartError("; ".join(c.failure() for c in dead))
+            if time.monotonic() > deadline:
+                missing = sorted(set(self.topology.nodes) - self.registered_nodes())
+                raise RackStartError(
+                    f"plugins not registered after {self.settings.start_timeout_s:.0f} s: {missing}"
+                )
+            await asyncio.sleep(0.1)
+
+    # ---- stop ----------------------------------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Kubelets and stand-ins first (no call reaches a plugin that is stopping), then daemons, then the
+        components, then the API server."""
+        for kubelet in self.cluster.kubelets.values():
+            await kubelet.stop()
+        for loop in self.cluster.controllers:
+            await loop.stop()
+        await self.runtime.stop_all()
+        components = [*self.plugins.values(), *([self.controller] if self.controller else [])]
+        await asyncio.gather(*(c.stop() for c in components))
+        for server in (self.fork_server, self.probe_server):
+            if server is not None:
+                await server.stop()
+        await self.cluster.stop()
+
+    async def __aenter__(self) -> Rack:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

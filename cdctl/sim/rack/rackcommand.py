@@ -1,0 +1,89 @@
+"""The body of `cdctl sim rack`: start the rack, run the scenario under the live view, print the summary.
+
+`run_rack_command(directory, nodes, racks, mode)` returns the exit code: 0 only when the rack started, every
+worker ran with channel0 and teardown left nothing behind; 1 otherwise (the summary lists what failed). With
+`rack_domains` the controller creates one domain per rack and each rack's job uses it (cdctl.domain.racks).
+Called by cdctl.cli.sim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from rich.console import Console
+
+from cdctl.domain.racks import rack_domain_name
+from cdctl.sim.node.topology import build_topology
+from cdctl.sim.rack.launch import Rack, RackStartError
+from cdctl.sim.rack.liveview import LiveView, summary
+from cdctl.sim.rack.scenario import DomainPlan, ScenarioReport, run_scenario
+from cdctl.sim.rack.settings import RackSettings
+
+# The longest unix socket path under the work directory (the plugin's DRA socket) must fit sun_path (108).
+_SOCKET_SUFFIX = len("/gb200-r00-n00/plugins/compute-domain.nvidia.com/dra.sock")
+_SUN_PATH_MAX = 107
+DOMAIN_NAMESPACE = "team-a"
+DOMAIN_NAME = "nvl72"
+
+
+def work_dir_problem(directory: Path) -> str | None:
+    if len(str(directory)) + _SOCKET_SUFFIX > _SUN_PATH_MAX:
+        most = _SUN_PATH_MAX - _SOCKET_SUFFIX
+        return f"{directory} is too long for the plugins' unix socket paths (at most {most} characters)"
+    return None
+
+
+async def _run(
+    console: Console, settings: RackSettings, plans: list[DomainPlan]
+) -> tuple[Rack, ScenarioReport | None, str]:
+    rack = Rack(settings)
+    nodes = len(rack.topology.nodes)
+    console.print(
+        f"[bold]cdctl sim rack[/bold]: {settings.racks} x {settings.nodes_per_rack}-node GB200 rack(s), "
+        f"{settings.mode}; "
+        f"starting the API server, 1 controller and {nodes} kubelet-plugin processes in {settings.work_dir}"
+    )
+    try:
+        async with rack:
+            console.print(
+                f"rack up in {rack.timings.cluster_s + rack.timings.components_s:.1f} s; running the scenario"
+            )
+            with LiveView(console) as view:
+                report = await run_scenario(rack, plans, observe=view)
+    except RackStartError as error:
+        return rack, None, str(error)
+    return rack, report, ""
+
+
+def rack_domain_plans(nodes: int, racks: int) -> list[DomainPlan]:
+    """One plan per rack: the domain the controller names after the rack's clique, one job per rack."""
+    topology = build_topology(racks=racks, nodes_per_rack=nodes)
+    cliques = [topology.rack(index)[0].clique_id for index in range(racks)]
+    return [DomainPlan(rack_domain_name(c), DOMAIN_NAMESPACE, workers=nodes, rack=c) for c in cliques]
+
+
+def run_rack_command(directory: Path, nodes: int, racks: int, mode: str, rack_domains: bool = False) -> int:
+    console = Console()
+    problem = work_dir_problem(directory)
+    if problem:
+        console.print(f"cdctl sim rack: {problem}", style="red")
+        return 2
+    namespace = DOMAIN_NAMESPACE if rack_domains else ""
+    settings = RackSettings(
+        directory, racks=racks, nodes_per_rack=nodes, mode=mode, rack_domains_namespace=namespace
+    )
+    plans = (
+        rack_domain_plans(nodes, racks)
+        if rack_domains
+        else [DomainPlan(DOMAIN_NAME, DOMAIN_NAMESPACE, workers=nodes, jobs=racks)]
+    )
+    rack, report, failure = asyncio.run(_run(console, settings, plans))
+    if report is None:
+        console.print(f"cdctl sim rack: the rack did not start: {failure}", style="red")
+        console.print(f"process logs: {rack.logs_dir}")
+        return 1
+    console.print(summary(rack, report))
+    if rack_domains:
+        console.print(f"rack domain decisions: cdctl events --db {rack.controller_db} --stream 'rack/*'")
+    return 0 if report.ok else 1

@@ -1,0 +1,38 @@
+"""What a simulated rack is asked to be: its size, IMEX mode, driver namespace and start-up options.
+
+`RackSettings` is built by `cdctl sim rack` (cdctl.sim.rack.rackcommand), the tests and the benchmarks, and
+read by cdctl.sim.rack.launch (the rack) and cdctl.sim.rack.components (the components' command lines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdctl.sim.node.topology import NODES_PER_RACK
+
+DRIVER_MANAGED = "driver-managed"
+HOST_MANAGED = "host-managed"
+MODES = (DRIVER_MANAGED, HOST_MANAGED)
+DRIVER_NAMESPACE = "nvidia-dra-driver"
+
+
+@dataclass(frozen=True)
+class RackSettings:
+    work_dir: Path
+    racks: int = 1
+    nodes_per_rack: int = NODES_PER_RACK
+    mode: str = DRIVER_MANAGED
+    driver_namespace: str = DRIVER_NAMESPACE
+    start_timeout_s: float = 120.0
+    probe_period_s: float | None = None  # None: the daemon pods' probe periods (startup 1 s, readiness 10 s)
+    fork_server: bool = True  # start cdctl processes from a warm fork server (cdctl.sim.node.forkserver)
+    rack_domains_namespace: str = ""  # non-empty: `cdctl controller --rack-domains` keeps its domains here
+
+    @property
+    def host_managed(self) -> bool:
+        return self.mode == HOST_MANAGED
+
+    @property
+    def feature_gates(self) -> str:
+        return "HostManagedIMEX=true" if self.host_managed else ""

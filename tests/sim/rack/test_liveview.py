@@ -1,0 +1,54 @@
+"""The rack's live view: a row per node with plugin, daemon and claim progress; redraws on a terminal only."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from cdctl.sim.rack.checks import NodeState, WorkerState
+from cdctl.sim.rack.liveview import LiveView, progress_table
+from cdctl.sim.rack.scenario import Progress
+
+
+def _progress(phase: str, steps: list[tuple[str, float]]) -> Progress:
+    nodes = [
+        NodeState("gb200-r00-n00", "uuid.32766", plugin=True, daemons=1, daemons_ready=1),
+        NodeState("gb200-r00-n01", "uuid.32766", plugin=False, daemons=0, daemons_ready=0),
+    ]
+    workers = {
+        "nvl-job": [
+            WorkerState("nvl-job-0", "u0", "gb200-r00-n00", "Running", "prepared", channel0=True),
+            WorkerState("nvl-job-1", "u1", "gb200-r00-n01", "Pending", "reserved", channel0=False),
+        ]
+    }
+    return Progress(phase, 1.5, nodes, workers, steps)
+
+
+def _render(progress: Progress) -> str:
+    console = Console(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
+    console.print(progress_table(progress))
+    output = console.file
+    assert isinstance(output, io.StringIO)
+    return output.getvalue()
+
+
+def test_the_table_shows_each_node_its_daemon_and_its_workers_claim() -> None:
+    text = _render(_progress("workers Running with channel0", [("create ComputeDomains", 0.01)]))
+    first = next(line for line in text.splitlines() if "gb200-r00-n00" in line)
+    second = next(line for line in text.splitlines() if "gb200-r00-n01" in line)
+    assert "32766" in first and "registered" in first and "1/1 ready" in first
+    assert "nvl-job-0 (Running)" in first and "prepared" in first and "yes" in first
+    assert "starting" in second and "reserved" in second and "no" in second
+    assert "plugins 1/2" in text and "daemons ready 1" in text and "claims prepared 1/2" in text
+    assert "create ComputeDomains: 0.01 s" in text
+
+
+def test_without_a_terminal_it_prints_each_finished_step_once() -> None:
+    output = io.StringIO()
+    console = Console(file=output, force_terminal=False, color_system=None)
+    with LiveView(console) as view:
+        view(_progress("a", [("first", 1.0)]))
+        view(_progress("b", [("first", 1.0)]))
+        view(_progress("c", [("first", 1.0), ("second", 2.5)]))
+    assert output.getvalue().splitlines() == ["  first: 1.00 s", "  second: 2.50 s"]
