@@ -1,6 +1,6 @@
 """cdctl: an event-sourced control plane for NVIDIA IMEX ComputeDomains on Kubernetes.
 
-Layers (architecture.md section 4) import downward only:
+Layers (docs/architecture.md section 4) import downward only:
 cli -> sim -> {controller, plugin, daemon} -> {projections, k8s} -> api -> store -> domain.
 """
 

@@ -1,7 +1,7 @@
 """List-then-watch loop for one resource type that yields each change exactly once, as an `Observation`.
 
 The client library's own watch retries a 410 once with the same stale resourceVersion and has no stall
-detection (dependencies.md section 2), so this loop owns the protocol:
+detection (docs/architecture.md section 6), so this loop owns the protocol:
 
 * list, then emit the difference between the listing and what was emitted before (a first list emits every
   object as ADDED; a re-list emits only what changed meanwhile, including DELETED for what vanished), then a

@@ -1,5 +1,5 @@
 """The lifecycle read models behind `cdctl sql`: claim_lifecycle, channel_allocations,
-checkpoint_transitions and domain_history (architecture.md section 2).
+checkpoint_transitions and domain_history (docs/architecture.md section 2).
 
 Pure folds over the claim events of cdctl.domain.claims and every event of `domain/<uid>` streams. Used by
 the projection runner (live, persisted), `cdctl replay` and `cdctl verify` (in memory).

@@ -1,4 +1,4 @@
-"""The event store contract (architecture.md section 2), run against every implementation."""
+"""The event store contract (docs/architecture.md section 2), run against every implementation."""
 
 from __future__ import annotations
 
