@@ -1,9 +1,10 @@
 """`cdctl demo`: a built-in scenario written through the real event store and projections.
 
-Until `cdctl sim rack` drives the simulated rack end to end, `make demo` runs this: the events one
-ComputeDomain on an 18-node GB200 rack produces (controller decisions, daemon and channel claims prepared on
+A log to explore in a second, without a cluster (`make demo` runs the simulated rack, `cdctl sim rack`): the
+events one ComputeDomain on a GB200 rack produces (controller decisions, daemon and channel claims prepared on
 every node, one daemon-not-ready retry, teardown), appended through the store and folded by the projection
-runner. It keeps the log it wrote and prints where, with commands to explore it.
+runner. It keeps the log it wrote and prints where, with commands to explore it. It never overwrites an
+existing log unless told to (`--overwrite`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from cdctl.domain.computedomains import (
     DomainActionSucceeded,
     domain_stream,
 )
+from cdctl.domain.errors import InvalidInput
 from cdctl.domain.events import Actor, DomainEvent, NewEvent
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.runner import ProjectionRunner
@@ -151,9 +153,9 @@ async def write_scenario(path: Path, nodes: int) -> Summary:
             )
         formed = time.perf_counter() - started
         await runner.catch_up()
-        prepared = sum(
-            1 for row in runner.view("claim_lifecycle").values() if row["state"] == "PrepareCompleted"
-        )
+        claims = runner.view("claim_lifecycle")
+        prepared = sum(1 for row in claims.values() if row["state"] == "PrepareCompleted")
+        claim_count = len(claims)
 
         for index, node in enumerate(node_names):
             channel = str(uuid.uuid5(uuid.NAMESPACE_URL, f"channel/{domain_uid}/{node}"))
@@ -171,7 +173,7 @@ async def write_scenario(path: Path, nodes: int) -> Summary:
         await record(domain, CONTROLLER, ComputeDomainTornDown(domain_uid, namespace, name))
         await runner.catch_up()
         leftover = [r for r in runner.view("claim_lifecycle").values() if r["state"] != "Unprepared"]
-        return Summary(store.head(), len(runner.view("claim_lifecycle")), prepared, len(leftover), formed)
+        return Summary(store.head(), claim_count, prepared, len(leftover), formed)
 
 
 @click.command()
@@ -185,16 +187,22 @@ async def write_scenario(path: Path, nodes: int) -> Summary:
     default=None,
     help="Directory for the event log (default: ./demo-<time>).",
 )
+@click.option("--overwrite", is_flag=True, help="Replace an event log already in the --keep directory.")
 @guarded
-def demo(nodes: int, keep: Path | None) -> None:
+def demo(nodes: int, keep: Path | None, overwrite: bool) -> None:
     """Run the built-in ComputeDomain scenario against a fresh event log and keep it for exploring."""
     directory = keep or Path(f"demo-{datetime.now(UTC):%Y%m%dT%H%M%S}")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "events.db"
     if path.exists():
-        path.unlink()
-    click.echo("cdctl demo: built-in scenario (the simulated rack is not wired into `make demo` yet):")
-    click.echo(f"  one ComputeDomain on a {nodes}-node GB200 rack, written through the real event log.\n")
+        if not overwrite:
+            raise InvalidInput("cdctl demo", "--keep", f"{path} already holds an event log; pass --overwrite")
+        for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            stale.unlink(missing_ok=True)
+    click.echo("cdctl demo: a built-in scenario written through the real event store and projections")
+    click.echo(
+        f"  (no cluster: `make demo` runs the simulated rack). One ComputeDomain on {nodes} GB200 nodes.\n"
+    )
     summary = run(write_scenario(path, nodes))
     click.echo(f"  events recorded:          {summary.events}")
     click.echo(f"  claims (daemon+channel):  {summary.claims}, prepared at peak {summary.prepared_at_peak}")

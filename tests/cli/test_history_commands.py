@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cdctl.cli.demo import write_scenario
+from cdctl.cli.demo import demo, write_scenario
 from cdctl.cli.errors import run
 from cdctl.cli.main import cli
 
@@ -205,3 +205,22 @@ def test_an_older_log_is_readable_but_verify_says_why_it_cannot_compare(tmp_path
     assert code == 0 and json.loads(out)["type"] == "ClaimUnprepared"
     code, _, err = invoke("verify", "--db", str(path))
     assert code == 3 and "schema version 4, older than this cdctl's" in err and err.count("\n") == 1
+
+
+def test_demo_counts_every_claim_and_keeps_an_existing_log(tmp_path: Path) -> None:
+    runner = CliRunner()
+    first = runner.invoke(demo, ["--nodes", "3", "--keep", str(tmp_path)])
+    assert first.exit_code == 0, first.output
+    assert "claims (daemon+channel):  6, prepared at peak 6" in first.output
+    assert "not wired" not in first.output and "a 3-node" not in first.output
+    log = tmp_path / "events.db"
+    size = log.stat().st_size
+
+    again = runner.invoke(demo, ["--nodes", "3", "--keep", str(tmp_path)])
+    assert again.exit_code == 2
+    assert "--keep" in again.output and "--overwrite" in again.output
+    assert log.stat().st_size == size
+
+    replaced = runner.invoke(demo, ["--nodes", "2", "--keep", str(tmp_path), "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert "claims (daemon+channel):  4" in replaced.output
