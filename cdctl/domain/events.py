@@ -2,9 +2,9 @@
 
 Components define their events as frozen dataclasses subclassing `DomainEvent` and decorated with
 `@event_type("Name", version=N)`. The store persists a `NewEvent` (type, schema_version, JSON data, metadata)
-and returns `RecordedEvent`s (the full envelope of docs/architecture.md section 2). Older stored schema versions
-are upcast on read by pure functions registered with `@upcaster("Name", from_version)`; `decode()` turns a
-recorded event into its typed form at the current version.
+and returns `RecordedEvent`s (the full envelope of docs/architecture.md section 2). Older stored schema
+versions are upcast on read by pure functions registered with `@upcaster("Name", from_version)`; `decode()`
+turns a recorded event into its typed form at the current version.
 """
 
 from __future__ import annotations
