@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from cdctl.domain.errors import InvalidInput, LogTampered, StoreError
 from cdctl.domain.events import NewEvent
@@ -21,6 +22,7 @@ from cdctl.projections.replay import VerifyReport, verify_chain
 from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore
 from cdctl.store.integrity import read_key_file
+from cdctl.store.metrics import EventLogHeadCollector
 from tests.store.tampering import (
     KEY,
     OTHER_KEY,
@@ -239,3 +241,13 @@ async def test_open_check_cost_over_a_long_tail(tmp_path: Path) -> None:
     async with await SqliteEventStore.open(path, key=KEY) as store:
         assert store.checked_at_open == 20_000
     assert time.perf_counter() - started < 5.0
+
+
+async def test_the_head_is_in_the_metrics_exposition(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    async with await SqliteEventStore.open(tmp_path / "e.db", key=KEY) as store:
+        registry.register(EventLogHeadCollector(store))
+        [*_, last] = await store.append("s/1", [ev(n=1), ev(n=2)])
+        text = generate_latest(registry).decode()
+    assert "cdctl_event_log_head_position 2.0" in text
+    assert f'cdctl_event_log_head_info{{hash="{last.hash}",position="2"}} 1.0' in text
