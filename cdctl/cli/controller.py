@@ -4,8 +4,8 @@ Registered on the root group by cdctl.cli.main through `register(root)`. The fla
 (reference section 7), each with its environment twin (POD_NAME, NAMESPACE, IMAGE_NAME,
 CD_DAEMON_IMAGE_PULL_SECRET_NAMES, LOG_VERBOSITY_CD_DAEMON, MAX_NODES_PER_IMEX_DOMAIN, HTTP_ENDPOINT,
 METRICS_PATH, PPROF_PATH, ADDITIONAL_NAMESPACES, LEADER_ELECTION_*, KUBECONFIG, KUBE_API_QPS, KUBE_API_BURST,
-FEATURE_GATES), plus cdctl's own (CDCTL_DB, RESOURCE_API_VERSION, LOG_FORMAT, LOG_VERBOSITY, RACK_DOMAINS,
-RACK_LABEL, RACK_DOMAIN_NAMESPACE, RACK_DOMAIN_NAME). Durations take
+FEATURE_GATES), plus cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE, RESOURCE_API_VERSION, LOG_FORMAT,
+LOG_VERBOSITY, RACK_DOMAINS, RACK_LABEL, RACK_DOMAIN_NAMESPACE, RACK_DOMAIN_NAME). Durations take
 Go's forms ("15s", "1m30s", "500ms"). SIGTERM/SIGINT stop cleanly (exit 0, the lease released); losing the
 lease exits 1; a typed error ends the command with a one-line reason and its exit code.
 """
@@ -193,6 +193,12 @@ async def serve(settings: ControllerSettings) -> None:
     help="Event log file (SQLite); when empty, events are folded in memory and not kept.",
 )
 @option(
+    "--log-key-file",
+    envvar="CDCTL_LOG_KEY_FILE",
+    default="",
+    help="Key of the event log's chain (HMAC-SHA256; the chart's Secret); when empty, the chain is unkeyed.",
+)
+@option(
     "--resource-api-version",
     envvar="RESOURCE_API_VERSION",
     default=None,
@@ -305,6 +311,7 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         if options["resource_api_version"]
         else None,
         db_path=str(options["db"] or ""),
+        log_key_file=str(options["log_key_file"] or ""),
         workers=int(str(options["workers"])),
         cleanup_interval_s=float(str(options["cleanup_interval"])),
         batch_window_s=float(str(options["batch_window"])),

@@ -4,7 +4,7 @@ Registered on the root group by cdctl.cli.main through `register(root)`. The Go 
 names are kept (CLIQUE_ID, COMPUTE_DOMAIN_UUID/NAME/NAMESPACE from the plugin's CDI edits; NODE_NAME, POD_IP,
 POD_UID, POD_NAME, POD_NAMESPACE, MAX_NODES_PER_IMEX_DOMAIN, FEATURE_GATES, LOG_VERBOSITY, LOG_FORMAT from the
 pod spec); the paths the tests and the simulated cluster move have twins
-too (IMEXD_DIR, HOSTS_FILE, CDCTL_DB).
+too (IMEXD_DIR, HOSTS_FILE, CDCTL_DB), and the event log's key CDCTL_LOG_KEY_FILE.
 `check` runs on every probe, every few seconds on every node: this module imports only click and the
 stdlib-only cdctl.daemon.check at the top; `run` imports the daemon when it is called. Exit codes: 0 on a
 clean stop or a passing check, 1 not ready or a fatal error, 2 bad input, 3 event-log trouble; always one
@@ -94,6 +94,10 @@ def check_command(clique_id: str, imexd_dir: Path, imex_ctl_binary: str, timeout
     "--db", envvar="CDCTL_DB", default=None, type=click.Path(path_type=Path),
     help="The daemon's event log [default: <imexd-dir>/events.db].",
 )  # fmt: skip
+@_option(
+    "--log-key-file", envvar="CDCTL_LOG_KEY_FILE", default=None, type=click.Path(path_type=Path),
+    help="Key of the event log's chain (HMAC-SHA256); unkeyed when absent.",
+)  # fmt: skip
 @_option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent.")
 @_option("--imex-binary", envvar="IMEX_BINARY", default="nvidia-imex", show_default=True)
 @ctl_option
@@ -155,6 +159,7 @@ def _run_daemon(options: dict[str, Any]) -> None:
         imexd_dir=options["imexd_dir"],
         hosts_file=options["hosts_file"],
         db_path=options["db"],
+        log_key_file=options["log_key_file"],
         kubeconfig=options["kubeconfig"],
         imex_binary=options["imex_binary"],
         ctl_binary=options["imex_ctl_binary"],

@@ -25,6 +25,7 @@ from cdctl.domain.events import RecordedEvent
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import VerifyReport, replay, verify_chain, verify_projections
 from cdctl.projections.sinks import SqliteSink
+from cdctl.store.integrity import read_key_file
 from cdctl.store.schema import load_migrations
 from cdctl.store.sqlite import SELECT_EVENTS, SqliteEventStore, row_to_event
 
@@ -79,7 +80,7 @@ async def _select_events(
     rows = await store.query(
         f"{sql} WHERE {' AND '.join(where)} ORDER BY position LIMIT 10000", tuple(params)
     )
-    return [row_to_event(r) for r in rows]
+    return [row_to_event(r, store.path) for r in rows]
 
 
 @click.command()
@@ -186,11 +187,36 @@ def replay_command(db: Path, at: str | None, position: int | None, as_json: bool
         _print_table(name, columns, [[row.get(c) for c in columns] for row in rows])
 
 
+def parse_head(value: str) -> tuple[int, str]:
+    """`POSITION:HASH`, as a component publishes its log's head (metrics, daemon log lines)."""
+    position, _, hash_ = value.partition(":")
+    hash_ = hash_.strip().lower()
+    if not position.strip().isdigit() or len(hash_) != 64 or any(c not in "0123456789abcdef" for c in hash_):
+        raise InvalidInput(
+            "command line", "--expect-head", f"{value!r} is not POSITION:HASH (a position and 64 hex digits)"
+        )
+    return int(position), hash_
+
+
 @click.command()
 @db_option
+@click.option(
+    "--key-file", envvar="CDCTL_LOG_KEY_FILE", type=click.Path(path_type=Path), default=None,
+    help="The log's key, for a keyed log (env CDCTL_LOG_KEY_FILE; the chart's Secret).",
+)  # fmt: skip
+@click.option(
+    "--expect-head", "expect_heads", multiple=True, metavar="POSITION:HASH",
+    help="A head the component published (metrics cdctl_event_log_head); the log must still hold it.",
+)  # fmt: skip
 @guarded
-def verify(db: Path) -> None:
-    """Check the hash chain and that rebuilt projections equal the stored ones."""
+def verify(db: Path, key_file: Path | None, expect_heads: tuple[str, ...]) -> None:
+    """Check the hash chain (keyed or not), published heads, and that rebuilt projections match.
+
+    Without a published head, a log cut at its end still verifies: compare with a head recorded outside the
+    file (`--expect-head`, repeatable) to detect it.
+    """
+    heads = [parse_head(value) for value in expect_heads]
+    key = read_key_file(key_file, "--key-file") if key_file is not None else None
 
     async def main() -> VerifyReport:
         report = VerifyReport()
@@ -202,7 +228,7 @@ def verify(db: Path) -> None:
                     " its views cannot be compared; verify it with the cdctl that wrote it,"
                     " or let a writer migrate it first"
                 )
-            await verify_chain(store, report)
+            await verify_chain(store, report, key, heads)
             if report.ok:
                 await verify_projections(store, lifecycle_projections(), SqliteSink(store), report)
         return report
@@ -212,8 +238,11 @@ def verify(db: Path) -> None:
         for problem in report.problems:
             click.echo(f"cdctl: verify: {problem}", err=True)
         fail(f"{db}: verification failed; first bad position {report.first_bad_position}", 1)
+    chain = "keyed hash chain (HMAC-SHA256)" if key is not None else "hash chain"
+    matched = f", {len(heads)} published head{'s' if len(heads) != 1 else ''} held" if heads else ""
     click.echo(
-        f"ok: {report.events} events, hash chain intact, {len(lifecycle_projections())} projections match"
+        f"ok: {report.events} events, {chain} intact{matched},"
+        f" {len(lifecycle_projections())} projections match"
     )
 
 

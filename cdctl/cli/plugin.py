@@ -3,8 +3,9 @@
 Registered on the root group by cdctl.cli.main through `register(root)`. Every flag has an environment twin;
 the Go driver's names are kept (NODE_NAME, CDI_ROOT, NVIDIA_DRIVER_ROOT/HOST_DRIVER_ROOT,
 DRIVER_ROOT_CTR_PATH, KUBELET_REGISTRAR_DIRECTORY_PATH, KUBELET_PLUGINS_DIRECTORY_PATH, HEALTHCHECK_PORT,
-FEATURE_GATES, ...). A typed error ends the command with a one-line reason and its exit code
-(cdctl.cli.errors.guarded); SIGTERM/SIGINT stop it cleanly (0).
+FEATURE_GATES, ...), with cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE). A typed error ends the command with a
+one-line reason and its exit code (cdctl.cli.errors.guarded), any other error with one line and exit 1;
+SIGTERM/SIGINT stop it cleanly (0).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import click
 
 from cdctl.api.gates import parse_feature_gates
-from cdctl.cli.errors import guarded
+from cdctl.cli.errors import fail, guarded
 from cdctl.cli.logs import configure_logging
 from cdctl.domain.errors import CdctlError
 from cdctl.plugin.app import PluginConfig, PluginProcess
@@ -125,6 +126,13 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     help="Event log file [default: <plugins dir>/compute-domain.nvidia.com/events.db].",
 )
 @click.option(
+    "--log-key-file",
+    envvar="CDCTL_LOG_KEY_FILE",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Key of the event log's chain (HMAC-SHA256; the chart's Secret); unkeyed when absent.",
+)
+@click.option(
     "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent."
 )
 @click.option("--kube-api-qps", envvar="KUBE_API_QPS", default=5.0, show_default=True, type=float)
@@ -188,6 +196,7 @@ def kubelet_plugin(
     kubelet_plugins_directory_path: Path,
     healthcheck_port: int,
     db: Path | None,
+    log_key_file: Path | None,
     kubeconfig: str | None,
     kube_api_qps: float,
     kube_api_burst: int,
@@ -212,6 +221,7 @@ def kubelet_plugin(
         plugins_dir=kubelet_plugins_directory_path,
         healthcheck_port=healthcheck_port,
         db=db,
+        log_key_file=log_key_file,
         kubeconfig=kubeconfig,
         kube_api_qps=kube_api_qps,
         kube_api_burst=kube_api_burst,
@@ -227,4 +237,9 @@ def kubelet_plugin(
         http_endpoint=http_endpoint,
         metrics_path=metrics_path,
     )
-    _run(_serve(cfg))
+    try:
+        _run(_serve(cfg))
+    except CdctlError:
+        raise  # one line and its exit code, by `guarded`
+    except Exception as exc:  # the boundary: one line, never a traceback
+        fail(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())}", 1)

@@ -20,6 +20,8 @@ from cdctl.k8s.client import api_client
 from cdctl.k8s.discovery import discover_resource_version
 from cdctl.k8s.rest import KubeApi
 from cdctl.store.base import EventStore
+from cdctl.store.integrity import read_key_file
+from cdctl.store.metrics import EventLogHeadCollector
 from cdctl.store.sqlite import SqliteEventStore
 
 log = structlog.get_logger(__name__)
@@ -51,8 +53,13 @@ async def run_controller(
         resource_version = await discover_resource_version(api, settings.resource_api_version)
         log.info("resource API", version=f"resource.k8s.io/{resource_version}")
         if store is None and settings.db_path:
-            store = own_store = await SqliteEventStore.open(Path(settings.db_path))
+            key = read_key_file(Path(settings.log_key_file)) if settings.log_key_file else None
+            store = own_store = await SqliteEventStore.open(Path(settings.db_path), key=key)
+            log.info("event log opened", path=settings.db_path, chain=own_store.scheme.name,
+                     head=own_store.chain_head()[0], checked=own_store.checked_at_open)  # fmt: skip
         manager = ControllerManager(settings, api, store, resource_version)
+        if isinstance(store, SqliteEventStore):
+            manager.metrics.registry.register(EventLogHeadCollector(store))
         elector = (
             LeaderElector(api, settings.leader_election, identity_for(settings.pod_name))
             if settings.leader_election.enabled

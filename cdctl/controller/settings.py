@@ -40,6 +40,7 @@ class ControllerSettings:
     kube_api_burst: int = 10
     resource_api_version: str | None = None
     db_path: str = ""
+    log_key_file: str = ""  # the event log's HMAC key (a file); empty: an unkeyed log
     workers: int = 16
     cleanup_interval_s: float = 600.0
     watch_timeout_s: int = 300

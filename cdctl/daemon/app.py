@@ -75,7 +75,7 @@ class DaemonApp:
             log.info(override)
         if not s.imexd_dir.is_dir():
             raise PermanentError(f"{s.imexd_dir} does not exist (is the daemon claim's CDI mount missing?)")
-        journal = await Journal.open(s.events_path, s.node_name, s.pod_name)
+        journal = await Journal.open(s.events_path, s.node_name, s.pod_name, s.log_key_file)
         reason, failed = "stopped by signal", False
         try:
             await journal.record(

@@ -3,7 +3,8 @@
 Opened by cdctl.daemon.app at `<imexd>/events.db` (or `--db`); the supervisor, the peer loop and the readiness
 monitor record through `Journal.record`. One process writes the file, so appends state the version they
 expect; a record that cannot be written is logged and dropped rather than stopping IMEX supervision (the log
-is an account of what happened, not a precondition for it).
+is an account of what happened, not a precondition for it). After each record the log's head (position and
+hash) is logged: the daemon has no metrics endpoint, and a head kept outside the file detects a cut tail.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cdctl.domain.errors import CdctlError
 from cdctl.domain.events import Actor, DomainEvent, NewEvent
 from cdctl.domain.imex import imex_stream
 from cdctl.store import SqliteEventStore
+from cdctl.store.integrity import read_key_file
 
 log = structlog.get_logger(__name__)
 COMPONENT = "compute-domain-daemon"
@@ -31,10 +33,15 @@ class Journal:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, path: Path, node: str, pod: str) -> Journal:
-        store = await SqliteEventStore.open(path)
+    async def open(cls, path: Path, node: str, pod: str, key_file: Path | None = None) -> Journal:
+        """Open (and check) the log; a tampered log or a missing key stops the daemon (StoreError)."""
+        key = read_key_file(key_file) if key_file is not None else None
+        store = await SqliteEventStore.open(path, key=key)
         journal = cls(store, node, Actor(COMPONENT, pod=pod, node=node))
         journal._version = await store.stream_version(journal.stream)
+        position, hash_ = store.chain_head()
+        log.info("event log opened", path=str(path), chain=store.scheme.name, head_position=position,
+                 head_hash=hash_, checked=store.checked_at_open)  # fmt: skip
         return journal
 
     async def record(self, *events: DomainEvent) -> None:
@@ -48,6 +55,11 @@ class Journal:
                 self._version = await self.store.stream_version(self.stream)
                 return
             self._version += len(events)
+            # The daemon serves no metrics: its log lines carry the head, for `cdctl verify --expect-head`.
+            position, hash_ = self.store.chain_head()
+            log.info(
+                "event log head", events=[e.TYPE for e in events], head_position=position, head_hash=hash_
+            )
 
     async def close(self) -> None:
         await self.store.close()

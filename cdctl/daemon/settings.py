@@ -41,6 +41,7 @@ class DaemonSettings:
     imexd_dir: Path = Path("/imexd")
     hosts_file: Path = Path("/etc/hosts")
     db_path: Path | None = None
+    log_key_file: Path | None = None  # the event log's HMAC key; None: an unkeyed log
     kubeconfig: str | None = None
     imex_binary: str = "nvidia-imex"
     ctl_binary: str = "nvidia-imex-ctl"

@@ -67,3 +67,21 @@ class StoreLocked(RetriableError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, delay=1.0)
+
+
+class LogTampered(StoreError):
+    """An event log fails its integrity check: a link of its chain, a snapshot's hash or a row's JSON.
+
+    Permanent: the process refuses to serve the file. The message names the position and the command that
+    keeps the file aside so the component can start anew with an empty log.
+    """
+
+    def __init__(self, path: str, position: int, reason: str, stamp: str) -> None:
+        super().__init__(
+            f"{path}: event log fails its integrity check at position {position}: {reason}; refusing to"
+            f" serve it. To keep it for inspection and start anew, stop the component and run:"
+            f" mv {path} {path}.tampered-{stamp}"
+        )
+        self.path = path
+        self.position = position
+        self.reason = reason

@@ -40,6 +40,8 @@ from cdctl.plugin.server import PluginServers, ServerPaths
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore
+from cdctl.store.integrity import read_key_file
+from cdctl.store.metrics import EventLogHeadCollector
 
 log = structlog.get_logger("cdctl.plugin.app")
 
@@ -57,6 +59,7 @@ class PluginConfig:
     plugins_dir: Path = Path("/var/lib/kubelet/plugins")
     healthcheck_port: int = -1
     db: Path | None = None
+    log_key_file: Path | None = None  # the event log's HMAC key; None: an unkeyed log
     kubeconfig: str | None = None
     kube_api_qps: float = 5.0
     kube_api_burst: int = 10
@@ -87,6 +90,23 @@ class PluginConfig:
     @property
     def db_path(self) -> Path:
         return self.db or self.plugin_dir / "events.db"
+
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_SUBDIRS = ("domains", "imex-history")  # IMEX configs and daemon logs; kept daemon logs
+
+
+def make_private_dirs(plugin_dir: Path) -> None:
+    """The plugin's state directory and the ones it keeps daemons' files in: owner-only, whatever the umask.
+
+    The event log and the daemons' logs below name every tenant's claims and domains. Directories left
+    0755 by an older cdctl are tightened; the per-domain directories inside stay as prepare makes them,
+    unreachable by others through their 0700 parent. The CDI root is not one of them.
+    """
+    for directory in (plugin_dir, *(plugin_dir / name for name in PRIVATE_SUBDIRS)):
+        directory.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        if directory.stat().st_mode & 0o777 != PRIVATE_DIR_MODE:
+            directory.chmod(PRIVATE_DIR_MODE)
 
 
 def device_lib(cfg: PluginConfig) -> nvml.DeviceLib:
@@ -174,8 +194,8 @@ class PluginProcess:
         log.info(
             "starting kubelet plugin", node=cfg.node_name, gates=cfg.gates.explicit(), db=str(cfg.db_path)
         )
-        cfg.plugin_dir.mkdir(parents=True, exist_ok=True)
-        cfg.cdi_root.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(cfg.plugin_dir)
+        cfg.cdi_root.mkdir(mode=0o755, parents=True, exist_ok=True)  # the container runtime reads the specs
         lib = self._device_lib or device_lib(cfg)
         strict = cfg.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
         found = await asyncio.to_thread(probe_fabric, lib, strict)
@@ -194,7 +214,13 @@ class PluginProcess:
                     "570.158.01); set featureGates.IMEXDaemonsWithDNSNames=false"
                 )
             log.info("driver version validation passed", version=version)
-        self.store = await with_retries("opening the event log", lambda: SqliteEventStore.open(cfg.db_path))
+        key = read_key_file(cfg.log_key_file) if cfg.log_key_file is not None else None
+        self.store = await with_retries(
+            "opening the event log", lambda: SqliteEventStore.open(cfg.db_path, key=key)
+        )
+        log.info("event log opened", path=str(cfg.db_path), chain=self.store.scheme.name,
+                 head=self.store.chain_head()[0], checked=self.store.checked_at_open)  # fmt: skip
+        self.metrics.registry.register(EventLogHeadCollector(self.store))
         self.runner = ProjectionRunner(self.store, lifecycle_projections())
         await self.runner.start()
         book = await ClaimBook.load(self.store, cfg.node_name, Actor("kubelet-plugin", node=cfg.node_name))

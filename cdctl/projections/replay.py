@@ -1,22 +1,26 @@
 """Replay and verification: the projections' folds run in memory over a log, up to any point.
 
 `replay` rebuilds what each projection's table held at a position or an instant (for post-mortems:
-`cdctl replay --at`). `verify` recomputes the hash chain and rebuilds every projection up to its tracked
-position, and compares with what the file stores (`cdctl verify`). Both read through the store's readers,
-so they work on a file a live component is writing.
+`cdctl replay --at`). `verify` recomputes the hash chain (with the log's key, and against heads published
+outside the file) and rebuilds every projection up to its tracked position, and compares with what the file
+stores (`cdctl verify`). Both read through the store's readers, so they work on a file a live component is
+writing.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from cdctl.domain import hashchain
+from cdctl.domain.errors import LogTampered
 from cdctl.domain.events import RecordedEvent
 from cdctl.projections.base import Key, Projection, Router, Row, apply_to_table
 from cdctl.projections.sinks import ViewSink
+from cdctl.store import integrity
 from cdctl.store.base import EventStore
 from cdctl.store.sqlite import SqliteEventStore
 
@@ -100,33 +104,53 @@ class VerifyReport:
         return not self.problems
 
 
-async def verify_chain(store: SqliteEventStore, report: VerifyReport) -> None:
-    expected_position, previous = 0, hashchain.GENESIS
-    while True:
-        rows = await store.query(
-            "SELECT position, stream, version, type, schema_version, data, metadata, recorded_at, hash"
-            " FROM events WHERE position > ? ORDER BY position LIMIT ?",
-            (expected_position, BATCH),
-        )
-        if not rows:
-            return
-        for position, stream, version, type_, schema_version, data, metadata, recorded_at, stored in rows:
-            expected_position += 1
-            if position != expected_position:
-                report.first_bad_position = expected_position
-                report.problems.append(f"position {expected_position}: missing (next stored is {position})")
-                return
-            payload = hashchain.canonical_bytes(
-                position, stream, version, type_, schema_version, data, metadata, recorded_at
+async def verify_chain(
+    store: SqliteEventStore,
+    report: VerifyReport,
+    key: bytes | None = None,
+    expect_heads: Sequence[tuple[int, str]] = (),
+) -> None:
+    """Recompute the whole chain with the log's scheme (and `key`), then compare published heads.
+
+    A keyed log without its key, or with another key, raises StoreError (not a verification failure). A
+    published head (position, hash) the log no longer holds, or holds with another hash, is reported: that
+    is how a log cut at its end, or rewritten along with its chain, is told apart from the log as it was.
+    """
+    path = str(store.path)
+
+    def check(db: sqlite3.Connection) -> tuple[int, dict[int, str]]:
+        recorded = integrity.read_scheme(db)
+        scheme = integrity.resolve_scheme(recorded, key, path, option="--key-file", adopt=False)
+        checked = integrity.check_chain(db, scheme, 0, hashchain.GENESIS, path)
+        wanted = [position for position, _ in expect_heads]
+        found = {
+            int(position): str(hash_)
+            for position, hash_ in db.execute(
+                f"SELECT position, hash FROM events WHERE position IN ({','.join('?' * len(wanted))})", wanted
             )
-            previous = hashchain.chain(previous, payload)
-            if previous != stored:
-                report.first_bad_position = position
-                report.problems.append(
-                    f"position {position}: hash mismatch (event altered, or one before it)"
-                )
-                return
-            report.events += 1
+        }
+        return checked, found
+
+    try:
+        report.events, found = await store.on_reader(check)
+    except LogTampered as exc:
+        report.first_bad_position = exc.position
+        report.problems.append(f"position {exc.position}: {exc.reason}")
+        return
+    head = store.head()
+    for position, expected in expect_heads:
+        if position not in found:
+            problem = f"the log ends at position {head}, before the published head {position}"
+            problem += ": events were deleted"
+        elif found[position] != expected:
+            problem = f"its hash differs from the published head {position}:{expected}"
+            problem += " (the log was rewritten)"
+        else:
+            continue
+        bad = min(position, head + 1)
+        report.problems.append(f"position {bad}: {problem}")
+        if report.first_bad_position is None or bad < report.first_bad_position:
+            report.first_bad_position = bad
 
 
 async def verify_projections(

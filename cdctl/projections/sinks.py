@@ -149,9 +149,11 @@ class SqliteSink:
     async def _write_snapshots(self, conn: AsyncConnection, snapshots: dict[str, tuple[int, str]]) -> None:
         now = format_time(utc_now())
         for name, (position, state) in snapshots.items():
+            # The chain's hash at the snapshot's position: where a process checks its log from at open.
             await conn.exec_driver_sql(
-                "INSERT OR REPLACE INTO snapshots (name, position, state, created_at) VALUES (?, ?, ?, ?)",
-                (name, position, state, now),
+                "INSERT OR REPLACE INTO snapshots (name, position, state, created_at, hash)"
+                " VALUES (?, ?, ?, ?, COALESCE((SELECT hash FROM events WHERE position = ?), ''))",
+                (name, position, state, now, position),
             )
             await conn.exec_driver_sql(
                 "DELETE FROM snapshots WHERE name = ? AND position NOT IN"

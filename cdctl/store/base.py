@@ -67,6 +67,13 @@ class EventStore(abc.ABC):
         """The position of the last committed event (0 for an empty log)."""
 
     @abc.abstractmethod
+    def chain_head(self) -> tuple[int, str]:
+        """The last committed event's (position, hash); (0, 64 zeros) for an empty log.
+
+        Components publish it (metrics, log lines) so that a copy of the log cut at its end can be told from
+        the log as it was: `cdctl verify --expect-head POSITION:HASH`."""
+
+    @abc.abstractmethod
     async def wait_beyond(self, position: int) -> int:
         """Wait until the head passes `position` (woken by commits, no polling); return the head.
 

@@ -50,6 +50,9 @@ class InMemoryEventStore(EventStore):
     def head(self) -> int:
         return self._notifier.head
 
+    def chain_head(self) -> tuple[int, str]:
+        return self._chain.head, self._chain.last_hash
+
     async def wait_beyond(self, position: int) -> int:
         return await self._notifier.wait_beyond(position)
 

@@ -42,6 +42,7 @@ class Chain:
 
     head: int
     last_hash: str
+    scheme: hashchain.ChainScheme = field(default_factory=hashchain.ChainScheme)
     versions: dict[str, int] = field(default_factory=dict)
     observed: set[tuple[str, str]] = field(default_factory=set)
 
@@ -81,6 +82,7 @@ def seal(
         versions[append.stream] = current
     sealed: list[SealedEvent] = []
     position, last_hash = chain.head, chain.last_hash
+    link = chain.scheme.link
     recorded_at = format_time(now)
     for append in appends:
         for new in append.events:
@@ -107,7 +109,7 @@ def seal(
                 metadata_json,
                 recorded_at,
             )
-            last_hash = hashchain.chain(last_hash, payload)
+            last_hash = link(position, last_hash, payload)
             event = RecordedEvent(
                 position,
                 append.stream,

@@ -1,7 +1,10 @@
 """The SQLite event log: SQLAlchemy 2 async (Core) over aiosqlite, WAL, one writer task per file.
 
-`SqliteEventStore.open(path)` checks the file is a cdctl log (or creates one), applies pending migrations,
-starts the writer and keeps a separate reader engine, so reads never block the writer. A writable log
+`SqliteEventStore.open(path, key=...)` checks the file is a cdctl log (or creates one, owner-only), applies
+pending migrations, checks the hash chain from the latest snapshot to the end with the log's scheme (and its
+key: cdctl.store.integrity), starts the writer and keeps a separate reader engine, so reads never block the
+writer. The log file and its -wal/-shm are 0600 whatever the umask (SQLite gives the -wal/-shm the database
+file's mode). A writable log
 connects its reader at the first read: an IMEX daemon's journal only appends, and a second engine and
 connection (with its thread) were a third of a daemon's start-up. Components open their
 log once at start; the CLI opens files read-only with `open(path, read_only=True)`.
@@ -10,11 +13,12 @@ log once at start; the CLI opens files read-only with `open(path, read_only=True
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
@@ -24,9 +28,9 @@ from sqlalchemy.pool import NullPool
 from cdctl.domain import hashchain
 from cdctl.domain.errors import StoreError
 from cdctl.domain.events import RecordedEvent, upcast
-from cdctl.store import schema
+from cdctl.store import integrity, schema
 from cdctl.store.base import EventStore, HeadNotifier, StreamAppend
-from cdctl.store.driver import driver_of, fetchall
+from cdctl.store.driver import driver_of, fetchall, in_driver_thread
 from cdctl.store.sealing import format_time
 from cdctl.store.writer import WriteFn, Writer, locked_or_failed
 
@@ -37,15 +41,19 @@ PRAGMAS = (
     "PRAGMA foreign_keys = ON",
 )
 READ_BUSY_TIMEOUT_MS = 1000
+FILE_MODE = 0o600  # the log names every tenant's claims and domains: owner-only
+SIDE_FILES = ("-wal", "-shm", "-journal")
+T = TypeVar("T")
 SELECT_EVENTS = (
     "SELECT position, stream, version, type, schema_version, data, metadata, recorded_at, hash FROM events"
 )
 
 
-def row_to_event(row: Sequence[Any]) -> RecordedEvent:
+def row_to_event(row: Sequence[Any], path: str | Path = "event log") -> RecordedEvent:
+    """A stored row as an upcast event; a row that does not decode is refused as tampered (naming it)."""
     position, stream, version, type_, schema_version, data, metadata, recorded_at, hash_ = row
-    return upcast(
-        RecordedEvent(
+    try:
+        decoded = RecordedEvent(
             int(position),
             str(stream),
             int(version),
@@ -57,7 +65,42 @@ def row_to_event(row: Sequence[Any]) -> RecordedEvent:
             str(hash_),
             data,
         )
-    )
+    except (ValueError, TypeError) as exc:  # orjson.JSONDecodeError is a ValueError
+        what = "its data or metadata is not valid JSON" if "JSON" in type(exc).__name__ else f"{exc}"
+        raise integrity.tampered(str(path), int(position), what) from None
+    return upcast(decoded)
+
+
+def create_private(path: Path) -> None:
+    """Create the log file owner-only before SQLite does, or make an existing one (and its side files) so.
+
+    SQLite creates -wal and -shm with the database file's mode and resets the umask's effect, so a 0600
+    database keeps its side files 0600; side files left by an older cdctl are tightened here.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot create: {exc.strerror}") from exc
+    else:
+        try:
+            os.fchmod(fd, FILE_MODE)  # the umask may have taken bits away (0o277 -> 0400)
+        finally:
+            os.close(fd)
+    tighten(path)
+
+
+def tighten(path: Path) -> None:
+    """chmod 0600 the log and whichever side files exist, when they allow more."""
+    for candidate in (path, *(path.with_name(path.name + suffix) for suffix in SIDE_FILES)):
+        try:
+            if candidate.stat().st_mode & 0o777 != FILE_MODE:
+                candidate.chmod(FILE_MODE)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"{candidate}: cannot make it owner-only: {exc.strerror}") from exc
 
 
 def _engine(path: Path, read_only: bool) -> AsyncEngine:
@@ -97,11 +140,21 @@ class SqliteEventStore(EventStore):
         self._reader_lock = asyncio.Lock()
         self._closed = False
         self.schema_version = 0
+        self.key: bytes | None = None
+        self.scheme = hashchain.ChainScheme()
+        self._read_tip_hash = hashchain.GENESIS
+        self.checked_at_open = 0  # events whose links the open check recomputed
 
     @classmethod
     async def open(
-        cls, path: str | Path, *, read_only: bool = False, create: bool = True
+        cls, path: str | Path, *, read_only: bool = False, create: bool = True, key: bytes | None = None
     ) -> SqliteEventStore:
+        """Open (a writer: create, migrate, check, and key) the log at `path`.
+
+        A writer refuses a log that fails its check from the latest snapshot on (`LogTampered`), a keyed log
+        without its key or with another key, and adopts `key` for an unkeyed log (keyed from its head on).
+        A read-only open checks nothing: `cdctl verify` does, and inspecting a suspect file must work.
+        """
         path = Path(path)
         if path.exists():
             if path.is_dir():
@@ -111,10 +164,13 @@ class SqliteEventStore(EventStore):
             raise StoreError(f"{path}: no such event log")
         elif not path.parent.is_dir():
             raise StoreError(f"{path}: directory {path.parent} does not exist")
+        if not read_only:
+            create_private(path)
         store = cls(path, read_only)
+        store.key = key
         try:
             await store._start()
-        except OperationalError as exc:
+        except (OperationalError, sqlite3.OperationalError) as exc:
             await store.close()
             raise locked_or_failed(exc, str(path)) from exc
         except BaseException:
@@ -129,16 +185,25 @@ class SqliteEventStore(EventStore):
             await self._migrate(self._write_conn)
             version = (await self._write_conn.exec_driver_sql("PRAGMA user_version")).scalar_one()
             self.schema_version = int(version)
-            self._writer = Writer(self._write_conn, self._notifier, str(self.path))
+            driver = await driver_of(self._write_conn)
+            path, key = str(self.path), self.key
+            self.scheme, self.checked_at_open = await in_driver_thread(
+                driver, lambda db: integrity.open_check(db, key, path)
+            )
+            self._writer = Writer(self._write_conn, self._notifier, path, self.scheme)
             await self._writer.start()
+            tighten(self.path)
             return
         reader = await self._read_connection()
         version = (await reader.exec_driver_sql("PRAGMA user_version")).scalar_one()
         self.schema_version = int(version)
         if version == 0:
             raise StoreError(f"{self.path}: empty file, not a cdctl event log")
-        head = (await reader.exec_driver_sql("SELECT COALESCE(MAX(position), 0) FROM events")).scalar_one()
-        self._notifier.advance(int(head))
+        last = "SELECT position, hash FROM events ORDER BY position DESC LIMIT 1"
+        rows = await fetchall(self._read_driver, last)
+        if rows:
+            self._read_tip_hash = str(rows[0][1])
+            self._notifier.advance(int(rows[0][0]))
 
     async def _read_connection(self) -> AsyncConnection:
         """The reader, connected at the first read."""
@@ -168,6 +233,20 @@ class SqliteEventStore(EventStore):
             except Exception as exc:
                 await driver.execute("ROLLBACK") if driver.in_transaction else None
                 raise StoreError(f"{self.path}: migration {migration.name} failed: {exc}") from exc
+
+    async def on_reader(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(sqlite3 connection)` on the reader's thread in one hop (long checks: `cdctl verify`)."""
+        await self._read_connection()
+        try:
+            return await in_driver_thread(self._read_driver, fn)
+        except sqlite3.OperationalError as exc:
+            raise locked_or_failed(exc, str(self.path)) from exc
+
+    def chain_head(self) -> tuple[int, str]:
+        """The last committed (position, hash): what a component publishes so a cut tail can be detected."""
+        if self._writer is not None:
+            return self._writer.tip
+        return self._notifier.head, self._read_tip_hash
 
     def _require_writer(self) -> Writer:
         if self._writer is None:
@@ -205,7 +284,7 @@ class SqliteEventStore(EventStore):
         rows = await self.query(
             f"{SELECT_EVENTS} WHERE stream = ? AND version >= ? ORDER BY version", (stream, from_version)
         )
-        return [row_to_event(r) for r in rows]
+        return [row_to_event(r, self.path) for r in rows]
 
     async def read_all(
         self, after: int = 0, limit: int | None = None, until: datetime | None = None
@@ -218,7 +297,7 @@ class SqliteEventStore(EventStore):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        return [row_to_event(r) for r in await self.query(sql, tuple(params))]
+        return [row_to_event(r, self.path) for r in await self.query(sql, tuple(params))]
 
     async def stream_version(self, stream: str) -> int:
         rows = await self.query("SELECT COALESCE(MAX(version), 0) FROM events WHERE stream = ?", (stream,))

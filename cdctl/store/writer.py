@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cdctl.domain.errors import CdctlError, StoreError, StoreLocked
 from cdctl.domain.events import RecordedEvent
-from cdctl.domain.hashchain import GENESIS
+from cdctl.domain.hashchain import GENESIS, ChainScheme
 from cdctl.store.base import HeadNotifier, StreamAppend
 from cdctl.store.driver import driver_of, in_driver_thread
 from cdctl.store.sealing import Chain, SealedEvent, seal, utc_now
@@ -52,12 +52,16 @@ def locked_or_failed(exc: OperationalError | sqlite3.OperationalError, path: str
 
 
 class Writer:
-    def __init__(self, conn: AsyncConnection, notifier: HeadNotifier, path: str) -> None:
+    def __init__(
+        self, conn: AsyncConnection, notifier: HeadNotifier, path: str, scheme: ChainScheme | None = None
+    ) -> None:
         self._conn = conn
         self._notifier = notifier
         self._path = path
         self._queue: asyncio.Queue[_Job | None] = asyncio.Queue()
-        self._chain = Chain(0, GENESIS)
+        self._scheme = scheme or ChainScheme()
+        self._chain = Chain(0, GENESIS, self._scheme)
+        self.tip: tuple[int, str] = (0, GENESIS)  # the last committed (position, hash), swapped whole
         self._task: asyncio.Task[None] | None = None
         self._dead: StoreError | None = None
         self._inflight: list[_Job] = []
@@ -66,7 +70,7 @@ class Writer:
     async def start(self) -> None:
         self._driver = await driver_of(self._conn)
         await self._load_tip()
-        self._notifier.advance(self._chain.head)
+        self._published()
         self._task = asyncio.create_task(self._run(), name=f"event-log-writer:{self._path}")
 
     async def stop(self) -> None:
@@ -96,8 +100,14 @@ class Writer:
 
     async def _load_tip(self) -> None:
         rows = await self._fetch("SELECT position, hash FROM events ORDER BY position DESC LIMIT 1")
-        self._chain = Chain(int(rows[0][0]), str(rows[0][1])) if rows else Chain(0, GENESIS)
+        tip = (int(rows[0][0]), str(rows[0][1])) if rows else (0, GENESIS)
+        self._chain = Chain(*tip, self._scheme)
         await self._conn.rollback()
+
+    def _published(self) -> None:
+        """After a commit: the tip others read (metrics), then wake the subscribers."""
+        self.tip = (self._chain.head, self._chain.last_hash)
+        self._notifier.advance(self._chain.head)
 
     async def _fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in (await self._conn.exec_driver_sql(sql, params)).all()]
@@ -238,7 +248,7 @@ class Writer:
             return
         finally:
             self._chain.observed.clear()
-        self._notifier.advance(self._chain.head)
+        self._published()
         self._resolve(jobs, outcomes)
 
     @staticmethod

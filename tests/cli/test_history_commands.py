@@ -75,7 +75,12 @@ def test_sql_reads_the_lifecycle_views(log: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "statement", ["DELETE FROM events", "INSERT INTO snapshots VALUES ('x', 1, '', '')", "CREATE TABLE t (x)"]
+    "statement",
+    [
+        "DELETE FROM events",
+        "INSERT INTO snapshots (name, position, state, created_at) VALUES ('x', 1, '', '')",
+        "CREATE TABLE t (x)",
+    ],
 )
 def test_sql_refuses_writes(log: Path, statement: str) -> None:
     before = sqlite3.connect(log).execute("SELECT count(*) FROM events").fetchone()[0]

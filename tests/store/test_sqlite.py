@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cdctl.domain import hashchain
 from cdctl.domain.errors import StoreError, StoreLocked
 from cdctl.domain.events import NewEvent
 from cdctl.store import SqliteEventStore
@@ -58,10 +59,10 @@ async def test_a_file_created_at_migration_1_is_upgraded(tmp_path: Path) -> None
     [first, *_rest] = store_schema.load_migrations()
     conn = sqlite3.connect(path)
     conn.executescript(store_schema.migration_script(first))
-    conn.execute(
-        "INSERT INTO events VALUES (1, 's/1', 1, 'Thing', 1, '{}', '{}', ?, ?)",
-        ("2026-01-01T00:00:00.000000+00:00", "f" * 64),
-    )
+    at = "2026-01-01T00:00:00.000000+00:00"
+    payload = hashchain.canonical_bytes(1, "s/1", 1, "Thing", 1, "{}", "{}", at)
+    link = hashchain.chain(hashchain.GENESIS, payload)
+    conn.execute("INSERT INTO events VALUES (1, 's/1', 1, 'Thing', 1, '{}', '{}', ?, ?)", (at, link))
     conn.commit()
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
     conn.close()

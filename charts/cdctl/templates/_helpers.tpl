@@ -121,3 +121,11 @@ resource.k8s.io/v1beta1
 {{- end -}}
 {{- $names | join "," -}}
 {{- end -}}
+
+{{/* The Secret holding the event logs' key (eventLog.keySecret), and where the components read it. */}}
+{{- define "cdctl.eventLogKeySecret" -}}
+{{- default (printf "%s-event-log-key" (include "cdctl.fullname" .)) .Values.eventLog.keySecret.name -}}
+{{- end -}}
+{{- define "cdctl.eventLogKeyDir" -}}
+/etc/cdctl/event-log-key
+{{- end -}}
