@@ -93,7 +93,7 @@ def test_gate_conflict_is_refused_like_helm_does() -> None:
 
 
 def test_values_merge_like_helm(helm_chart: hc.Chart) -> None:
-    overrides = {"controller": {"leaderElection": {"enabled": True}}, "nvidiaCDIHookPath": None}
+    overrides = {"controller": {"leaderElection": {"enabled": True}}, "procDevicesPath": None}
     ours = sim_chart.merged_values(overrides)
     assert ours["controller"]["leaderElection"] == {
         "enabled": True,
