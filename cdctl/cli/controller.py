@@ -288,6 +288,7 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         pod_name=str(options["pod_name"]),
         image_name=str(options["image_name"]),
         log_verbosity_cd_daemon=int(str(options["log_verbosity_cd_daemon"])),
+        log_format=str(options["log_format"]),
         namespace=str(options["namespace"]),
         daemon_image_pull_secret_names=split_list(str(options["cd_daemon_image_pull_secret_names"])),
         max_nodes_per_imex_domain=int(str(options["max_nodes_per_imex_domain"])),

@@ -1,10 +1,12 @@
 """Pure renderers of the objects a ComputeDomain owns, field for field as the Go driver renders them.
 
 `workload_claim_template`, `daemon_claim_template` and `daemon_set` take the ComputeDomain (as a dict) and the
-controller settings and return the object to create (one deliberate difference: the daemon's readiness probe
-runs every 2 s with failureThreshold 3, not every 10 s with 1, see `daemon_set`); ResourceClaimTemplates come
-in the resource.k8s.io version the cluster serves. No ownerReferences (the Go driver sets none; teardown is
-explicit). Called by the reconcilers in cdctl.controller.resourceclaimtemplate and cdctl.controller.daemonset.
+controller settings and return the object to create (deliberate differences: the daemon's readiness probe
+runs every 2 s with failureThreshold 3, not every 10 s with 1, see `daemon_set`; the daemon container runs as
+root by its securityContext, as the image's user is not root; it logs in the controller's LOG_FORMAT, which
+the Go daemon has no twin of); ResourceClaimTemplates come in the resource.k8s.io version the cluster serves.
+No ownerReferences (the Go driver sets none; teardown is explicit).
+Called by the reconcilers in cdctl.controller.resourceclaimtemplate and cdctl.controller.daemonset.
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ READINESS_PERIOD_S = 2  # the daemon pods' readiness probe period (the Go driver
 DAEMON_SERVICE_ACCOUNT = "compute-domain-daemon-service-account"
 DAEMON_CONTAINER = "compute-domain-daemon"
 DAEMON_CLAIM = "compute-domain-daemon"
+# The image runs as 65532 (see the Dockerfile); the daemon writes its domain directory (/imexd) and
+# /etc/hosts, both root's: the plugin creates the first, the kubelet mounts the second. The Go driver's image
+# runs as root, so its template says nothing; ours must say root outright. Root, but no more: not privileged,
+# no escalation.
+DAEMON_SECURITY_CONTEXT = {
+    "runAsUser": 0,
+    "runAsGroup": 0,
+    "privileged": False,
+    "allowPrivilegeEscalation": False,
+}
 
 
 def domain_uid(cd: JsonObject) -> str:
@@ -136,8 +148,10 @@ def daemon_set(cd: JsonObject, namespace: str, settings: ControllerSettings) -> 
                 "image": settings.image_name,
                 "command": ["cdctl", "daemon", "run"],
                 "resources": {"claims": [{"name": DAEMON_CLAIM}]},
+                "securityContext": dict(DAEMON_SECURITY_CONTEXT),
                 "env": [
                     {"name": "LOG_VERBOSITY", "value": str(settings.log_verbosity_cd_daemon)},
+                    {"name": "LOG_FORMAT", "value": settings.log_format},
                     {"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": str(settings.max_nodes_per_imex_domain)},
                     _field_env("NODE_NAME", "spec.nodeName"),
                     _field_env("POD_IP", "status.podIP"),

@@ -27,6 +27,7 @@ class ControllerSettings:
     image_name: str
     log_verbosity_cd_daemon: int
     namespace: str = "default"
+    log_format: str = "console"  # the controller's own --log-format, handed on to the daemon pods
     daemon_image_pull_secret_names: tuple[str, ...] = ()
     max_nodes_per_imex_domain: int = 18
     additional_namespaces: tuple[str, ...] = ()

@@ -11,7 +11,7 @@ import yaml
 from helm_python import chart as hc
 
 from cdctl.sim.rack import chart as sim_chart
-from tests.chart.conftest import CHART_DIR, SCENARIOS, find, render_objects
+from tests.chart.conftest import CHART_DIR, NAMESPACE, SCENARIOS, find, render_objects
 
 EXTRA_SCENARIOS: dict[str, dict[str, Any]] = {
     "v1beta1": {"resourceApiVersion": "v1beta1"},
@@ -35,6 +35,20 @@ def test_device_classes_match_helm(helm_chart: hc.Chart, scenario: str) -> None:
     assert sorted(ours, key=lambda c: c["metadata"]["name"]) == sorted(
         helm_classes, key=lambda c: c["metadata"]["name"]
     )
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_daemon_service_accounts_match_helm(helm_chart: hc.Chart, scenario: str) -> None:
+    """The rack creates these so the daemon pods pass ServiceAccount admission, as after `helm install`."""
+    values = SCENARIOS[scenario]
+    helm_accounts = [
+        {"name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
+        for sa in find(render_objects(helm_chart, values), "ServiceAccount")
+        if sa["metadata"]["labels"].get("app.kubernetes.io/component") == "daemon"
+    ]
+    ours = [sa["metadata"] for sa in sim_chart.daemon_service_accounts(NAMESPACE, values)]
+    assert ours == helm_accounts
+    assert bool(ours) != sim_chart.feature_gates(sim_chart.merged_values(values))["HostManagedIMEX"]
 
 
 def test_crds_match_helm(helm_chart: hc.Chart) -> None:
@@ -79,7 +93,7 @@ def test_gate_conflict_is_refused_like_helm_does() -> None:
 
 
 def test_values_merge_like_helm(helm_chart: hc.Chart) -> None:
-    overrides = {"controller": {"leaderElection": {"enabled": True}}, "nvidiaCDIHookPath": None}
+    overrides = {"controller": {"leaderElection": {"enabled": True}}, "procDevicesPath": None}
     ours = sim_chart.merged_values(overrides)
     assert ours["controller"]["leaderElection"] == {
         "enabled": True,

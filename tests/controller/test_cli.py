@@ -74,6 +74,7 @@ def test_the_environment_alone_configures_everything(captured: list[ControllerSe
         "IMAGE_NAME": "example/cdctl:2",
         "CD_DAEMON_IMAGE_PULL_SECRET_NAMES": "a, b",
         "LOG_VERBOSITY_CD_DAEMON": "6",
+        "LOG_FORMAT": "json",
         "MAX_NODES_PER_IMEX_DOMAIN": "9",
         "HTTP_ENDPOINT": ":8080",
         "METRICS_PATH": "/m",
@@ -98,6 +99,7 @@ def test_the_environment_alone_configures_everything(captured: list[ControllerSe
     assert (s.pod_name, s.namespace, s.image_name) == ("ctrl-1", "nvidia-dra", "example/cdctl:2")
     assert s.daemon_image_pull_secret_names == ("a", "b")
     assert (s.log_verbosity_cd_daemon, s.max_nodes_per_imex_domain) == (6, 9)
+    assert s.log_format == "json"  # handed on to the daemon pods
     assert (s.http_endpoint, s.metrics_path, s.pprof_path) == (":8080", "/m", "/debug")
     assert s.managed_namespaces == ("nvidia-dra", "x", "y")
     election = s.leader_election

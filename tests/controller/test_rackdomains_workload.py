@@ -30,7 +30,7 @@ from cdctl.domain.computedomains import DRIVER_NAME, LABEL_CLIQUE_ID, LABEL_COMP
 from cdctl.domain.racks import rack_domain_name
 from cdctl.plugin.app import PluginConfig, PluginProcess
 from cdctl.sim.node.topology import NodeDeviceLib, Topology, build_topology
-from cdctl.sim.rack.chart import cluster_bootstrap_objects
+from cdctl.sim.rack.chart import cluster_bootstrap_objects, daemon_service_accounts
 from cdctl.sim.rack.cluster import SimCluster
 from cdctl.store.memory import InMemoryEventStore
 from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, eventually
@@ -62,6 +62,8 @@ async def sim(gates: FeatureGates) -> AsyncIterator[SimCluster]:
                 )
             for namespace in (DRIVER_NAMESPACE, USER_NAMESPACE):
                 store.create(store.type_of("", "namespaces"), "", {"metadata": {"name": namespace}})
+            for account in daemon_service_accounts(DRIVER_NAMESPACE, values):  # as `helm install` does
+                store.create(store.type_of("", "serviceaccounts"), DRIVER_NAMESPACE, account)
             yield cluster
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -162,6 +162,7 @@ def test_daemonset_has_every_field_of_the_reference() -> None:
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env == {
         "LOG_VERBOSITY": "4",
+        "LOG_FORMAT": "console",
         "MAX_NODES_PER_IMEX_DOMAIN": "9",
         "NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
         "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
@@ -181,6 +182,28 @@ def test_daemonset_has_every_field_of_the_reference() -> None:
         "readinessProbe": (2, 10, 3),  # the Go driver's is (10, 10, 1): see cdctl.controller.render
     }
     assert all(p["exec"]["command"] == ["cdctl", "daemon", "check"] for p in probes.values())
+
+
+def test_daemon_pods_run_as_root_whatever_the_images_user() -> None:
+    """The image's user is 65532; the daemon writes /imexd and /etc/hosts, which are root's."""
+    pod = daemon_set(domain(), "ns", settings())["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+    }
+
+
+@pytest.mark.parametrize(("fmt", "verbosity"), [("json", 6), ("console", 0)])
+def test_daemon_pods_log_as_the_controller_says(fmt: str, verbosity: int) -> None:
+    """The controller hands its own log format and the daemon verbosity to the daemons (LOG_FORMAT and
+    LOG_VERBOSITY, the environment `cdctl daemon run` reads)."""
+    ds = daemon_set(domain(), "ns", settings(log_format=fmt, log_verbosity_cd_daemon=verbosity))
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["LOG_FORMAT"], env["LOG_VERBOSITY"]) == (fmt, str(verbosity))
 
 
 def test_daemonset_without_pull_secrets_has_no_empty_list() -> None:

@@ -31,7 +31,7 @@ from cdctl.plugin.app import PluginConfig, PluginProcess
 from cdctl.sim.node.fakeimex import HOSTS_ENV
 from cdctl.sim.node.processruntime import ProcessRuntime
 from cdctl.sim.node.topology import NodeDeviceLib, build_topology
-from cdctl.sim.rack.chart import cluster_bootstrap_objects
+from cdctl.sim.rack.chart import cluster_bootstrap_objects, daemon_service_accounts
 from cdctl.sim.rack.cluster import SimCluster
 from tests.daemon.conftest import eventually
 
@@ -122,6 +122,8 @@ async def test_the_daemons_of_one_domain_reach_ready_together(rack: SimCluster) 
     for namespace in (DRIVER_NAMESPACE, "default"):
         with contextlib.suppress(Exception):
             rack.store.create(rack.store.type_of("", "namespaces"), "", {"metadata": {"name": namespace}})
+    for account in daemon_service_accounts(DRIVER_NAMESPACE):  # what `helm install` creates for the daemons
+        rack.store.create(rack.store.type_of("", "serviceaccounts"), DRIVER_NAMESPACE, account)
     kubeconfig = str(rack.work_dir / "kubeconfig")
     gates = parse_feature_gates("")
     controller_settings = ControllerSettings(

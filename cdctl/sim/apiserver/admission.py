@@ -3,15 +3,18 @@
 Called by cdctl.sim.apiserver.store on every create and update: custom objects are defaulted and validated
 against their CRD (cdctl.sim.apiserver.crd), CRDs themselves are checked, ResourceClaim specs and the
 ResourceSlice driver and pool name are immutable, and new Pods, DaemonSets, Namespaces and CRDs get the status
-the API server gives them.
+the API server gives them. A new Pod must name a ServiceAccount of its namespace (`default` when it names
+none), as the ServiceAccount admission plugin requires (`admit_service_account`); `default_service_account`
+is the one the controller-manager's service-account controller creates in every namespace.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from cdctl.sim.apiserver import crd as crds
-from cdctl.sim.apiserver.errors import Invalid
+from cdctl.sim.apiserver.errors import Forbidden, Invalid
 from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.resources import ResourceRegistry, ResourceType
 
@@ -19,6 +22,8 @@ CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY = ("", "namespaces")
 CLAIM_KEY = ("resource.k8s.io", "resourceclaims")
 SLICE_KEY = ("resource.k8s.io", "resourceslices")
+SERVICE_ACCOUNT_KEY = ("", "serviceaccounts")
+DEFAULT_SERVICE_ACCOUNT = "default"
 # (field path, where it lives) that may not change once set.
 _IMMUTABLE: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
     CLAIM_KEY: (("spec",),),
@@ -70,3 +75,28 @@ def admit(
                     'Invalid value: "object": field is immutable'
                 )
     return new
+
+
+def default_service_account(namespace: str) -> dict[str, Any]:
+    """The ServiceAccount the service-account controller creates in every namespace."""
+    return {"metadata": {"name": DEFAULT_SERVICE_ACCOUNT, "namespace": namespace}}
+
+
+def admit_service_account(namespace: str, pod: dict[str, Any], exists: Callable[[str, str], bool]) -> None:
+    """Default the Pod's `spec.serviceAccountName` and refuse it (403) when its namespace has no such account.
+
+    The message is the real plugin's (plugin/pkg/admission/serviceaccount): the pod is named as admission sees
+    it, so a pod created with `generateName` is named by its prefix. `exists(namespace, name)` looks up the
+    account.
+    """
+    spec = pod.setdefault("spec", {})
+    account = spec.get("serviceAccountName") or DEFAULT_SERVICE_ACCOUNT
+    spec["serviceAccountName"] = account
+    if exists(namespace, account):
+        return
+    metadata = pod.get("metadata") or {}
+    name = metadata.get("name") or metadata.get("generateName") or ""
+    raise Forbidden(
+        f'pods "{name}" is forbidden: error looking up service account {namespace}/{account}: '
+        f'serviceaccount "{account}" not found'
+    )

@@ -196,6 +196,8 @@ class ObjectStore:
             )
         namespace = namespace or (body_namespace or "")
         self._check_namespace(resource_type, namespace, creating=True)
+        if resource_type.storage_key == PODS_KEY:
+            admission.admit_service_account(namespace, obj, self._service_account_exists)
         if not metadata.get("name") and metadata.get("generateName"):
             metadata["name"] = meta.generated_name(metadata["generateName"], self._rng)
         name = metadata.get("name", "")
@@ -224,7 +226,13 @@ class ObjectStore:
         created = self._commit(resource_type, "ADDED", obj, None)
         if resource_type.storage_key == CRD_KEY:
             self._serve_crd(created)
+        if resource_type.storage_key == NAMESPACE_KEY:  # the service-account controller's work, done at once
+            accounts = self.type_of(*admission.SERVICE_ACCOUNT_KEY)
+            self.create(accounts, name, admission.default_service_account(name))
         return created
+
+    def _service_account_exists(self, namespace: str, name: str) -> bool:
+        return (namespace, name) in self._bucket(self.type_of(*admission.SERVICE_ACCOUNT_KEY))
 
     def update(
         self,

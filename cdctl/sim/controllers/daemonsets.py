@@ -4,7 +4,10 @@ A node is eligible when the pod template's nodeSelector, required node affinity 
 (cdctl.sim.controllers.nodematch). Pods are created bound to their node (`spec.nodeName`), owned by the
 DaemonSet (controller reference, so deleting the DaemonSet collects them), labelled `pod-template-generation`;
 pods of an older template generation or in phase Failed are replaced, and the DaemonSet status counts are
-kept. A DaemonSet that is being deleted is left alone, as Kubernetes does. Run by the rack via ControllerLoop.
+kept. A DaemonSet that is being deleted is left alone, as Kubernetes does. A pod the API server refuses (a
+ServiceAccount its namespace lacks, say) is not created: the refusal is a FailedCreate Warning Event on the
+DaemonSet (`Error creating: <the server's message>`) and ends that pass's creates for the DaemonSet, as the
+first failed batch of the real controller's slow start does. Run by the rack via ControllerLoop.
 """
 
 from __future__ import annotations
@@ -12,13 +15,16 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from cdctl.sim.apiserver.errors import ApiError
 from cdctl.sim.apiserver.store import ObjectStore
+from cdctl.sim.controllers import events
 from cdctl.sim.controllers.nodematch import pod_fits_node
 
 DAEMONSETS = ("apps", "daemonsets")
 PODS = ("", "pods")
 NODES = ("", "nodes")
 TEMPLATE_GENERATION_LABEL = "pod-template-generation"
+COMPONENT = "daemonset-controller"
 
 
 def pod_is_ready(pod: dict[str, Any]) -> bool:
@@ -75,9 +81,13 @@ class DaemonSetController:
                 continue
             by_node.setdefault(node, []).append(pod)
         for node in sorted(eligible - set(by_node)):
-            by_node[node] = [
-                self.store.create(pods_type, namespace, self._pod_for(daemonset, template, node))
-            ]
+            try:
+                created = self.store.create(pods_type, namespace, self._pod_for(daemonset, template, node))
+            except ApiError as refused:
+                message = f"Error creating: {refused.message}"
+                events.record(self.store, daemonset, "Warning", "FailedCreate", message, COMPONENT)
+                break
+            by_node[node] = [created]
         self._write_status(daemonset, eligible, by_node, generation)
 
     def _pod_for(self, daemonset: dict[str, Any], template: dict[str, Any], node: str) -> dict[str, Any]:

@@ -8,7 +8,9 @@ fake `nvidia-imex-ctl`), and `CDCTL_DB` an event log per daemon under `<work dir
 domain directory the plugin removes at teardown, so the log stays for exploring. Other pods are not run.
 With a fork server (cdctl.sim.node.forkserver), `cdctl ...` commands start from its warm copy of cdctl instead
 of a fresh interpreter, and probes from `probe_server` (one that imported only what `cdctl daemon check`
-needs, so each fork is small) when the rack sets one. Used by cdctl.sim.rack.launch.
+needs, so each fork is small) when the rack sets one; either way as the pod's user (cdctl.sim.node.runas):
+the domain directory, the hosts file and the event log directory are root's, as on a node, so a daemon pod
+that does not run as root cannot start. Used by cdctl.sim.rack.launch.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
 from cdctl.sim.node.fakeimex import HOSTS_ENV
 from cdctl.sim.node.forkserver import ForkServer
 from cdctl.sim.node.processruntime import ProcessRuntime
+from cdctl.sim.node.runas import RunAs
 
 
 class DaemonPodRuntime(ProcessRuntime):
@@ -69,15 +72,15 @@ class DaemonPodRuntime(ProcessRuntime):
             return await super()._spawn(pod, env)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}.log"
-        forked = await self.fork_server.spawn(command[1:], env, log_path)
+        forked = await self.fork_server.spawn(command[1:], env, log_path, user=self.user_of(pod))
         # The runtime uses pid, returncode, wait, send_signal and kill: a ForkedProcess has them all.
         return cast(asyncio.subprocess.Process, forked)
 
-    async def _probe(self, command: list[str], env: dict[str, str]) -> bool:
+    async def _probe(self, command: list[str], env: dict[str, str], user: RunAs | None) -> bool:
         if self.fork_server is None or not self._forkable(command):
-            return await super()._probe(command, env)
+            return await super()._probe(command, env, user)
         server = self.probe_server or self.fork_server
-        checker = await server.spawn(command[1:], env, Path(os.devnull))
+        checker = await server.spawn(command[1:], env, Path(os.devnull), user=user)
         return await checker.wait() == 0
 
     async def stop_all(self) -> None:

@@ -4,14 +4,16 @@ Starting `cdctl kubelet-plugin`, `cdctl controller` or `cdctl daemon run` costs 
 all of it importing (kubernetes_asyncio, SQLAlchemy, aiohttp, grpclib); on a 2-core machine an 18-node rack
 spends most of its formation time starting its 18 daemons. `ForkServer.start(preload)` runs
 `python -m cdctl.sim.node.forkserver MODULE...`, which imports the modules once and then, for every request,
-forks a child that takes the request's environment, sends stdout and stderr to the request's log file, and
+forks a child that takes the request's environment, sends stdout and stderr to the request's log file, takes
+the request's user if it names one (cdctl.sim.node.runas: after opening the log, before cdctl runs), and
 runs the console script's entry point (`CONSOLE_SCRIPT`, as pyproject names it, resolved by name as a console
 script is) with the request's arguments. Each child is a separate process with its own pid, sockets, files
 and event log; the server reaps children and reports their exit codes. `ForkServer.spawn(argv, env,
-log_path)` returns a `ForkedProcess` with the parts of asyncio's Process the rack uses (pid, returncode,
-wait, send_signal, terminate, kill).
-Protocol (JSON lines): request {"id", "argv", "env", "log"} on stdin; {"id", "pid"} or {"id", "error"} and
-{"exited": pid, "code": code} on stdout. Used by cdctl.sim.rack.components and cdctl.sim.node.daemonruntime.
+log_path, user=None)` returns a `ForkedProcess` with the parts of asyncio's Process the rack uses (pid,
+returncode, wait, send_signal, terminate, kill).
+Protocol (JSON lines): request {"id", "argv", "env", "log", "user": [uid, gid] or null} on stdin;
+{"id", "pid"} or {"id", "error"} and {"exited": pid, "code": code} on stdout. Used by
+cdctl.sim.rack.components and cdctl.sim.node.daemonruntime.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Any
+
+from cdctl.sim.node.runas import RunAs, UserSwitchError
 
 CONSOLE_SCRIPT = "cdctl.cli.main:main"
 
@@ -103,13 +107,22 @@ class ForkServer:
         for future in self._pending.values():
             future.set_exception(OSError("fork server exited"))
 
-    async def spawn(self, argv: list[str], env: dict[str, str], log_path: Path) -> ForkedProcess:
+    async def spawn(
+        self, argv: list[str], env: dict[str, str], log_path: Path, *, user: RunAs | None = None
+    ) -> ForkedProcess:
+        """Start `cdctl ARGV...` as a child; as `user` when given (the server must be root for that)."""
         assert self.process.stdin is not None
         self._next_id += 1
         request_id = self._next_id
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        request = {"id": request_id, "argv": argv, "env": env, "log": str(log_path)}
+        request = {
+            "id": request_id,
+            "argv": argv,
+            "env": env,
+            "log": str(log_path),
+            "user": None if user is None else user.to_json(),
+        }
         self.process.stdin.write(json.dumps(request).encode() + b"\n")
         await self.process.stdin.drain()
         pid = await future
@@ -142,6 +155,12 @@ def _run_child(request: dict[str, Any]) -> int:
     os.dup2(log, 2)
     os.close(log)
     os.close(null)
+    if request.get("user") is not None:
+        try:
+            RunAs(*request["user"]).switch()
+        except UserSwitchError as error:
+            print(f"fork server: {error}", file=sys.stderr)
+            return 126  # what a runtime answers for a container it cannot start as its user
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = ["cdctl", *request["argv"]]

@@ -12,6 +12,12 @@ slices on the node. Like the kubelet's pod workers, the running kubelet starts e
 a prepare call that waits (a channel claim waiting for its node's IMEX daemon, up to the 45 s budget) does not
 hold back other pods on the node (that daemon's own pod) nor their readiness. Run by the rack; tests drive
 `sync()`, which starts pods one after another and returns when they are done.
+`restart(while_down)` stops the kubelet, runs `while_down` (a test deletes a CDI spec there) and starts it
+again, keeping what the real kubelet keeps in its checkpoint (the pods it runs and their claims; their
+containers run on): as the real kubelet does on start, it calls NodePrepareResources again for the claims of
+pods still running, and resolves the CDI devices the plugin answers against the node's spec files (`cdi_dirs`)
+as the runtime does when it creates a container. Devices that do not resolve leave the pod not Ready, with
+the runtime's `unresolvable CDI devices` error, and are tried again each pass.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from cdctl.sim.apiserver.errors import ApiError, NotFound
 from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.apiserver.watch import StoredEvent, Watcher, WatchEvent
-from cdctl.sim.node.cdiresolver import UnresolvableDevice
+from cdctl.sim.node.cdiresolver import UnresolvableDevice, resolve
 from cdctl.sim.node.pluginwatcher import PluginWatcher, RegisteredPlugin
 from cdctl.sim.node.podstatus import running_status, with_addresses
 
@@ -127,6 +133,7 @@ class RunningPod:
     pod: dict[str, Any]
     cdi_devices: list[str]
     ready: bool = False
+    devices_error: str = ""  # after a restart: why its CDI devices do not resolve (the pod is not Ready)
 
 
 @dataclass
@@ -145,6 +152,7 @@ class SimKubelet:
         0.5  # first delay after a failed prepare; doubles per failure up to max_backoff_s
     )
     max_backoff_s: float = 10.0
+    cdi_dirs: list[Path] = field(default_factory=list)  # the node's CDI spec directories (checked on restart)
     running: dict[str, RunningPod] = field(default_factory=dict)  # by pod uid
     claim_refs: dict[str, dict[str, list[ClaimRef]]] = field(
         default_factory=dict
@@ -165,6 +173,7 @@ class SimKubelet:
         self._deregistered_at: dict[str, float] = {}
         self._starting: dict[str, asyncio.Task[None]] = {}  # pod uid -> its start, in the running kubelet
         self._wake: Watcher | None = None
+        self._reprepare: set[str] = set()  # running pods to prepare again (the kubelet restarted)
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def register_node(self) -> None:
@@ -209,6 +218,14 @@ class SimKubelet:
                 await task
         for uid in list(self._starting):
             await self._cancel_start(uid)
+
+    async def restart(self, while_down: Callable[[], None] | None = None) -> None:
+        """Stop, run `while_down`, start: running pods are prepared again and their CDI devices resolved."""
+        await self.stop()
+        if while_down is not None:
+            while_down()
+        self._reprepare = set(self.running)
+        await self.start()
 
     async def _run(self) -> None:
         # Woken by what concerns this node (its pods and slices, claims allocated on it), else every tick:
@@ -294,6 +311,8 @@ class SimKubelet:
             await self._teardown(uid, live)
         for uid, pod in live.items():
             if uid in self.running:
+                if uid in self._reprepare or self.running[uid].devices_error:
+                    await self._prepare_again(uid, self.running[uid])
                 await self._refresh_readiness(self.running[uid], pod)
             elif wait:
                 await self._try_start(pod)
@@ -350,6 +369,35 @@ class SimKubelet:
             # The container cannot start; the pod stays not Ready, as with a failing container.
             self.last_errors[uid] = f"starting the pod: {error}"
         await self._refresh_readiness(running, pod, first=True)
+
+    async def _prepare_again(self, uid: str, running: RunningPod) -> None:
+        """After a restart: NodePrepareResources again for a running pod's claims, then its CDI devices must
+        resolve on the node (checked again each pass until they do, as container creation is retried)."""
+        if uid in self._reprepare:
+            if time.monotonic() < self._retry_at.get(uid, 0.0):
+                return
+            try:
+                cdi_devices: list[str] = []
+                for driver, refs in self.claim_refs.get(uid, {}).items():
+                    cdi_devices += await self._prepare(driver, refs)
+            except PrepareFailed as reason:
+                self.last_errors[uid] = str(reason)
+                failures = self._failures.get(uid, 0) + 1
+                self._failures[uid] = failures
+                self._retry_at[uid] = time.monotonic() + min(
+                    self.max_backoff_s, self.retry_backoff_s * 2 ** (failures - 1)
+                )
+                return
+            self._reprepare.discard(uid)
+            running.cdi_devices = cdi_devices
+        try:
+            resolve(self.cdi_dirs, running.cdi_devices)
+        except UnresolvableDevice as error:
+            running.devices_error = f"starting the pod: {error}"
+            self.last_errors[uid] = running.devices_error
+            return
+        running.devices_error = ""
+        self._forget_failures(uid)
 
     def _assign_address(self, pod: dict[str, Any]) -> dict[str, Any]:
         """Give the pod its IP before its containers start (the sandbox comes first), so env can use it."""
@@ -457,11 +505,12 @@ class SimKubelet:
             return
         self.running.pop(uid, None)
         self.claim_refs.pop(uid, None)
+        self._reprepare.discard(uid)
         self._forget_failures(uid)
 
     # ---- pod status ----------------------------------------------------------------------------------------
     async def _refresh_readiness(self, running: RunningPod, pod: dict[str, Any], first: bool = False) -> None:
-        ready = await self.runtime.ready(pod)
+        ready = not running.devices_error and await self.runtime.ready(pod)
         if not first and ready == running.ready:
             return
         running.ready = ready

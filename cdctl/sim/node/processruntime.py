@@ -12,7 +12,10 @@ after `successThreshold` passes or `failureThreshold` failures in a row. Without
 container is Ready once started. Each change of readiness is handed to `on_change` (the rack wakes the
 node's kubelet, which writes the pod status); `probe_period_s`, when set, replaces every period (tests). An
 exited process is restarted (probes start over) unless `restartPolicy` is Never. Stop sends SIGTERM. Other
-pods are Ready at once. Output goes to `<log_dir>/<namespace>_<pod>.log`. Used by the rack launcher.
+pods are Ready at once. Output goes to `<log_dir>/<namespace>_<pod>.log`. The container and its exec probes
+run as the user the pod's securityContext or the image names (cdctl.sim.node.runas), switched to for real
+when this process is root, so a container that needs root and does not ask for it fails here as on a node.
+Used by the rack launcher.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 from cdctl.sim.apiserver.selectors import field_value
 from cdctl.sim.node.cdiresolver import resolve
+from cdctl.sim.node.runas import RunAs, container_user, enforced
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 10.0
@@ -78,6 +82,7 @@ class ExecProbe:
 class _Running:
     process: asyncio.subprocess.Process
     env: dict[str, str]
+    user: RunAs | None  # None: the runtime cannot switch users (not root), so it runs as itself
     restarts: int = 0
     ready: bool = False
     started: bool = False  # the startup probe passed (or there is none)
@@ -101,6 +106,15 @@ class ProcessRuntime:
             raise ValueError(f"pod {pod['metadata']['name']} has no container")
         return dict(containers[0])
 
+    def user_of(self, pod: dict[str, Any]) -> RunAs | None:
+        """The user the pod's container runs as; None when this process cannot switch users."""
+        return container_user(pod, self._container(pod)) if enforced() else None
+
+    @staticmethod
+    def _as_user(user: RunAs | None) -> dict[str, Any]:
+        """create_subprocess_exec's arguments that start the process as `user` (none: as this process)."""
+        return {} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}
+
     async def _spawn(self, pod: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process:
         container = self._container(pod)
         argv = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
@@ -109,7 +123,9 @@ class ProcessRuntime:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}.log"
         with log_path.open("ab") as output:
-            return await asyncio.create_subprocess_exec(*argv, env=env, stdout=output, stderr=output)
+            return await asyncio.create_subprocess_exec(
+                *argv, env=env, stdout=output, stderr=output, **self._as_user(self.user_of(pod))
+            )
 
     async def start(self, pod: dict[str, Any], cdi_devices: list[str]) -> None:
         if not self.selects(pod):
@@ -119,7 +135,7 @@ class ProcessRuntime:
         env.update(resolve(self.cdi_dirs(node), cdi_devices).env)
         env.update(container_env(pod, self._container(pod)))
         process = await self._spawn(pod, env)
-        running = _Running(process, env)
+        running = _Running(process, env, self.user_of(pod))
         self.running[pod["metadata"]["uid"]] = running
         self._start_prober(pod, running)
         log.info(
@@ -167,7 +183,7 @@ class ProcessRuntime:
 
     async def _passes(self, probe: ExecProbe, running: _Running) -> bool:
         try:
-            return await self._probe(probe.command, running.env)
+            return await self._probe(probe.command, running.env, running.user)
         except OSError as error:  # the probe's command cannot start: a failed probe, as for the kubelet
             log.warning("simulated runtime: probe %s failed to start: %s", probe.command, error)
             return False
@@ -211,10 +227,14 @@ class ProcessRuntime:
                     self._set_ready(pod, running, False)
             await self._until_tick(began, readiness)
 
-    async def _probe(self, command: list[str], env: dict[str, str]) -> bool:
-        """Run one exec probe; it passes when the command exits 0."""
+    async def _probe(self, command: list[str], env: dict[str, str], user: RunAs | None) -> bool:
+        """Run one exec probe, as the container's user; it passes when the command exits 0."""
         checker = await asyncio.create_subprocess_exec(
-            *command, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+            *command,
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            **self._as_user(user),
         )
         try:
             return await checker.wait() == 0

@@ -10,6 +10,10 @@ one source of truth for them. Helm is not needed at runtime (helm-python-sdk is 
   the class apiVersion (`resourceApiVersion`, else `resource.k8s.io/v1`, which is what Helm picks offline and
   on any cluster serving v1), and leaving out `driverManagedOnly` classes when the effective `HostManagedIMEX`
   gate is on. Helm's bookkeeping labels (`helm.sh/chart`, `app.kubernetes.io/*`) are not added.
+- The IMEX daemons' ServiceAccount (`daemon_service_accounts`), which `templates/rbac-daemon.yaml` renders in
+  the release namespace and every `additionalNamespaces` entry unless HostManagedIMEX is on: without it the
+  API server refuses the daemon pods. The other components run as processes here, not as pods, so their
+  accounts are not needed.
   tests/chart checks the result against Helm's own rendering for several sets of values.
 
 Values are merged over the chart's `values.yaml` and validated against its `values.schema.json`, like Helm.
@@ -45,6 +49,7 @@ GATE_DEFAULTS: Mapping[str, bool] = {
 _HOST_MANAGED_FORCES_OFF = ("IMEXDaemonsWithDNSNames", "ComputeDomainCliques")
 
 _DEFAULT_RESOURCE_API_VERSION = "resource.k8s.io/v1"
+DAEMON_SERVICE_ACCOUNT = "compute-domain-daemon-service-account"  # templates/_helpers.tpl, as the Go driver
 
 
 class ChartError(Exception):
@@ -204,3 +209,21 @@ def cluster_bootstrap_objects(
     return crds(directory) + device_classes(
         values, chart=directory, resource_api_version=resource_api_version
     )
+
+
+def daemon_service_accounts(
+    namespace: str, values: Mapping[str, Any] | None = None, *, chart: Path | None = None
+) -> list[dict[str, Any]]:
+    """The daemon ServiceAccounts Helm renders for a release in `namespace`: one per managed namespace."""
+    merged = merged_values(values, chart=_resolve(chart))
+    if feature_gates(merged)["HostManagedIMEX"]:
+        return []
+    managed = list(dict.fromkeys([namespace, *(merged.get("additionalNamespaces") or [])]))
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": DAEMON_SERVICE_ACCOUNT, "namespace": ns},
+        }
+        for ns in managed
+    ]

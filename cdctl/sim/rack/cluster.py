@@ -3,11 +3,13 @@
 `async with SimCluster(work_dir, topology) as cluster:` starts the API server on loopback, the
 ResourceClaim-from-template controller, the allocator (scheduler), the DaemonSet controller, and a kubelet for
 every node of the fake NVLink topology (each with its own plugin registration and plugin directories under
-`work_dir`, short enough for unix socket paths). Clients connect with `cluster.write_kubeconfig(path)` or
-`cluster.url`; a node's kubelet plugin is pointed at `registry_dir(node)` / `plugin_dir(node)` and given
-`--fake-nvml <topology.node(node).fake_nvml_spec()>` (or, in process, `NodeDeviceLib`) and the fake driver
-files of `driver_files(node)`; `fake_imex_env()` puts the fake IMEX commands on a PATH. Used by `cdctl sim`
-and the integration tests.
+`work_dir`, short enough for unix socket paths, and its CDI spec directory `cdi_dir(node)`). Clients connect
+with `cluster.write_kubeconfig(path)` or `cluster.url`; a node's kubelet plugin is pointed at
+`registry_dir(node)` / `plugin_dir(node)` and given `--fake-nvml <topology.node(node).fake_nvml_spec()>` (or,
+in process, `NodeDeviceLib`) and the fake driver files of `driver_files(node)`; `fake_imex_env()` puts the
+fake IMEX commands on a PATH. `restart_kubelet(node, while_down)` restarts one node's kubelet, which prepares
+its running pods again and checks their CDI devices (cdctl.sim.node.kubelet). Used by `cdctl sim` and the
+integration tests.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -71,6 +74,7 @@ class SimCluster:
                 runtime=self.runtime,
                 tick_s=kubelet_tick_s,
                 router=router,
+                cdi_dirs=[self.cdi_dir(node.name)],
             )
 
     @property
@@ -79,6 +83,10 @@ class SimCluster:
 
     def node_dir(self, node: str) -> Path:
         return self.work_dir / node
+
+    def cdi_dir(self, node: str) -> Path:
+        """The node's CDI spec directory: where its plugin writes specs and its runtime reads them."""
+        return self.node_dir(node) / "cdi"
 
     def registry_dir(self, node: str) -> Path:
         """The node's kubelet plugin registration directory (`plugins_registry`)."""
@@ -102,6 +110,10 @@ class SimCluster:
 
     def write_kubeconfig(self, path: Path) -> Path:
         return self.apiserver.write_kubeconfig(path)
+
+    async def restart_kubelet(self, node: str, while_down: Callable[[], None] | None = None) -> None:
+        """Stop the node's kubelet, run `while_down` (delete a CDI spec, say), start it again."""
+        await self.kubelets[node].restart(while_down)
 
     async def start(self) -> None:
         fakeimex.install_executables(self.work_dir / "bin")

@@ -5,7 +5,8 @@
    DaemonSet controller, one simulated kubelet per node) plus the Job controller stand-in
    (cdctl.sim.controllers.jobs);
 2. the chart's CRDs and DeviceClasses (cdctl.sim.rack.chart, with the mode's HostManagedIMEX gate), the driver
-   namespace, and on every node what GPU Feature Discovery and the device plugin would add: the
+   namespace with the daemons' ServiceAccount (driver-managed mode), and on every node what GPU Feature
+   Discovery and the device plugin would add: the
    `nvidia.com/gpu.clique` label (from the fake NVLink topology) and 4 allocatable `nvidia.com/gpu`;
 3. `cdctl controller` and one `cdctl kubelet-plugin` per node, each a child process with its own event log,
    sockets and CDI root under the node's directory (cdctl.sim.rack.components);
@@ -41,7 +42,7 @@ from cdctl.sim.controllers.jobs import JobController, serve_jobs
 from cdctl.sim.node.daemonruntime import DaemonPodRuntime
 from cdctl.sim.node.forkserver import ForkServer
 from cdctl.sim.node.topology import GPUS_PER_NODE, build_topology
-from cdctl.sim.rack.chart import cluster_bootstrap_objects
+from cdctl.sim.rack.chart import cluster_bootstrap_objects, daemon_service_accounts
 from cdctl.sim.rack.cluster import SimCluster
 from cdctl.sim.rack.components import Component, controller_command, plugin_command
 from cdctl.sim.rack.settings import MODES, RackSettings
@@ -110,7 +111,7 @@ class Rack:
 
     # ---- paths ---------------------------------------------------------------------------------------------
     def cdi_root(self, node: str) -> Path:
-        return self.cluster.node_dir(node) / "cdi"
+        return self.cluster.cdi_dir(node)
 
     def plugin_db(self, node: str) -> Path:
         return self.cluster.plugin_dir(node, DRIVER_NAME) / "events.db"
@@ -171,6 +172,8 @@ class Rack:
         self._create("", "namespaces", "", {"metadata": {"name": self.settings.driver_namespace}})
         if self.settings.rack_domains_namespace:
             self._create("", "namespaces", "", {"metadata": {"name": self.settings.rack_domains_namespace}})
+        for account in daemon_service_accounts(self.settings.driver_namespace, values):
+            self._create("", "serviceaccounts", self.settings.driver_namespace, account)
 
     def _label_gpu_nodes(self) -> None:
         """What GPU Feature Discovery and the device plugin publish: the clique label and the GPU count."""

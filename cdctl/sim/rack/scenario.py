@@ -2,7 +2,8 @@
 
 `run_scenario(rack, plans, observe=...)` creates each planned ComputeDomain, waits for the controller to
 create its workload ResourceClaimTemplate, submits the job that uses it (cdctl.sim.rack.workload), waits until
-every worker pod is Running with channel0 in its CDI edits, then deletes the jobs and waits for the kubelets
+every worker pod is Running with channel0 in its CDI edits, runs `while_formed(rack)` when given (the
+integration tests restart a kubelet there), then deletes the jobs and waits for the kubelets
 to unprepare every claim, deletes the domains and waits until nothing is left (cdctl.sim.rack.checks). Each
 poll hands a `Progress` to `observe` (the live view). The `ScenarioReport` holds the per-step timings, the
 formation time (first domain created -> every claim prepared), the teardown time and the problems found;
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -289,10 +290,14 @@ async def run_scenario(
     *,
     observe: Callable[[Progress], None] | None = None,
     timeout_s: float = 180.0,
+    while_formed: Callable[[Rack], Awaitable[None]] | None = None,
 ) -> ScenarioReport:
+    """Form the plans' domains, run `while_formed` (a fault to inject, say) if given, tear them down."""
     runner = _Runner(rack, plans, observe, timeout_s)
     try:
         await runner.form()
+        if while_formed is not None:
+            await while_formed(rack)
         await runner.tear_down()
     except ScenarioFailed as failure:
         runner.report.problems.append(str(failure))

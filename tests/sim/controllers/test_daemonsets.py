@@ -133,3 +133,32 @@ def test_required_node_affinity() -> None:
     assert pod_fits_node(spec, {"metadata": {"name": "x", "labels": {"rack": "r1"}}})
     assert pod_fits_node(spec, {"metadata": {"name": "by-name", "labels": {}}})
     assert not pod_fits_node(spec, {"metadata": {"name": "x", "labels": {"rack": "r2"}}})
+
+
+def test_pods_naming_a_missing_service_account_are_not_created_and_say_so_in_events() -> None:
+    """As the real DaemonSet controller: each refused create is a FailedCreate Warning on the DaemonSet (one
+    Event, its count rising), no pod exists, and pods come once the ServiceAccount does."""
+    store = ObjectStore()
+    add_node(store, "n1")
+    add_node(store, "n2")
+    _daemonset(store, serviceAccountName="robot")
+    controller = DaemonSetController(store)
+    controller.reconcile()
+    controller.reconcile()
+    assert _pods_by_node(store) == {}
+    events, _ = store.list_objects(store.type_of("", "events"), "default")
+    (event,) = events
+    assert (event["type"], event["reason"], event["count"]) == (
+        "Warning",
+        "FailedCreate",
+        2,
+    )  # a refusal ends the pass
+    assert event["involvedObject"]["kind"] == "DaemonSet" and event["involvedObject"]["name"] == "ds"
+    assert event["message"] == (
+        'Error creating: pods "ds-" is forbidden: error looking up service account default/robot: '
+        'serviceaccount "robot" not found'
+    )
+    assert event["source"] == {"component": "daemonset-controller"}
+    store.create(store.type_of("", "serviceaccounts"), "default", {"metadata": {"name": "robot"}})
+    controller.reconcile()
+    assert sorted(_pods_by_node(store)) == ["n1", "n2"]

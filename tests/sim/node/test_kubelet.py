@@ -332,3 +332,62 @@ async def test_the_running_kubelet_wakes_for_its_own_node_not_for_the_rest_of_th
         await _eventually(lambda: passes >= 2)
     finally:
         await kubelet.stop()
+
+
+def _claim_spec(cdi_dir: Path, claim_uid: str) -> Path:
+    """The CDI spec the fake plugin's answer names, as a real plugin writes it."""
+    cdi_dir.mkdir(parents=True, exist_ok=True)
+    spec = cdi_dir / f"claim_{claim_uid}.yaml"
+    spec.write_text(
+        f"cdiVersion: 0.5.0\nkind: k8s.{DRIVER}/claim\n"
+        f"devices: [{{name: {claim_uid}-channel-0, containerEdits: {{env: [CHANNEL=0]}}}}]\n"
+    )
+    return spec
+
+
+def _ready(store: ObjectStore) -> str:
+    conditions = get(store, "", "pods", "worker")["status"].get("conditions") or []
+    return {c["type"]: c["status"] for c in conditions}.get("Ready", "")
+
+
+async def test_a_restarted_kubelet_prepares_its_running_pods_again_and_checks_their_cdi_devices(
+    socket_root: Path,
+) -> None:
+    """The real kubelet calls NodePrepareResources again, from its checkpoint, for the claims of pods still
+    running; their CDI devices must then resolve on the node, or the pod's containers cannot start again."""
+    store = _cluster()
+    cdi_dir = socket_root / "cdi"
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", cdi_dirs=[cdi_dir], retry_backoff_s=0.0)
+    kubelet.register_node()
+    add_slice(store, NODE)
+    pod = add_pod(store, "worker", "tmpl")
+    plugin_dir = socket_root / "plugin"
+    async with serve_plugin(socket_root / "registry", plugin_dir, DRIVER, ["v1.DRAPlugin"]) as log:
+        await _schedule(store, kubelet)
+        claim_name = get(store, "", "pods", "worker")["status"]["resourceClaimStatuses"][0][
+            "resourceClaimName"
+        ]
+        claim_uid = get(store, "resource.k8s.io", "resourceclaims", claim_name)["metadata"]["uid"]
+        spec = _claim_spec(cdi_dir, claim_uid)
+        assert log.prepared == [("v1", [claim_uid])] and _ready(store) == "True"
+
+        await kubelet.restart()  # stays up: the test drives its passes
+        await kubelet.stop()
+        await kubelet.sync()
+        assert log.prepared == [("v1", [claim_uid])] * 2, "prepared again after the restart"
+        assert _ready(store) == "True" and pod["metadata"]["uid"] not in kubelet.last_errors
+        await kubelet.sync()
+        assert len(log.prepared) == 2, "once per restart"
+
+        await kubelet.restart(while_down=spec.unlink)
+        await kubelet.stop()
+        await kubelet.sync()
+        assert len(log.prepared) == 3
+        assert _ready(store) == "False"
+        assert "unresolvable CDI devices" in kubelet.last_errors[pod["metadata"]["uid"]]
+        await kubelet.sync()
+        assert _ready(store) == "False", "tried again each pass, as the kubelet retries creating containers"
+        _claim_spec(cdi_dir, claim_uid)
+        await kubelet.sync()
+        assert _ready(store) == "True" and pod["metadata"]["uid"] not in kubelet.last_errors
+        assert len(log.prepared) == 3

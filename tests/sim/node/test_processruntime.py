@@ -77,6 +77,7 @@ def _worker_pod(store: ObjectStore, marker: Path, dump: Path) -> dict[str, Any]:
         "while True: time.sleep(0.05)\n"
     )
     spec = {
+        "securityContext": {"runAsUser": 0},  # it writes into the test's directory, which is root's
         "containers": [
             {
                 "name": "main",
@@ -152,6 +153,7 @@ async def test_an_exited_process_is_restarted_unless_restart_policy_is_never(tmp
             "spec": {
                 "nodeName": NODE,
                 "restartPolicy": policy,
+                "securityContext": {"runAsUser": 0},
                 "containers": [{"name": "c", "command": [sys.executable, "-c", "pass"]}],
             },
         }
@@ -180,6 +182,7 @@ async def test_readiness_is_probed_only_once_the_startup_probe_passed(tmp_path: 
         "metadata": {"name": "daemon", "namespace": "default", "uid": "d"},
         "spec": {
             "nodeName": NODE,
+            "securityContext": {"runAsUser": 0},  # its probes read and write the test's directory
             "containers": [
                 {
                     "name": "c",
