@@ -86,12 +86,13 @@ class Activation:
         context = {root: self._values.get(root) for root in expression.roots if root != "variables"}
         failed: list[EvaluationError] = []
         if "variables" in expression.roots:
-            context["variables"] = {}
+            variables: dict[str, Any] = {}
             for name in expression.variables:
                 try:
-                    context["variables"][name] = self._variable(name)
+                    variables[name] = self._variable(name)
                 except EvaluationError as error:
                     failed.append(error)
+            context["variables"] = variables
         try:
             return expression.program.execute(context)
         except Exception as error:  # the cel module raises KeyError, TypeError, RuntimeError, ...
