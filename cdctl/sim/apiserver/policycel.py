@@ -22,6 +22,8 @@ import cel
 # The activation of an admission policy (authorizer is not simulated: a policy using it is refused).
 ROOTS = frozenset({"object", "oldObject", "request", "params", "namespaceObject", "variables"})
 _VARIABLE_RE = re.compile(r"\bvariables\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+# Identifiers bound by the comprehension macros (`list.all(x, ...)`, `map.exists(k, ...)`, ...).
+_BOUND_RE = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
 class PolicyCompileError(ValueError):
@@ -46,8 +48,9 @@ def compile_expression(source: str, declared: frozenset[str]) -> Expression:
         program = cel.compile(source)
     except ValueError as error:
         raise PolicyCompileError(f"compilation failed: {error}") from error
-    roots = frozenset(str(name) for name in program.variables())
-    unknown = sorted(roots - ROOTS)
+    roots = frozenset(str(name) for name in program.variables()) & ROOTS
+    named = {str(name) for name in program.variables()}
+    unknown = sorted(named - ROOTS - set(_BOUND_RE.findall(source)))
     if unknown:
         raise PolicyCompileError(f"compilation failed: undeclared reference to {', '.join(unknown)}")
     used = tuple(dict.fromkeys(_VARIABLE_RE.findall(source)))

@@ -124,6 +124,9 @@ class ObjectStore:
         if after:
             self._pods_by_node.setdefault(after, set()).add(key)
 
+    def exists_name(self, resource_type: ResourceType, namespace: str, name: str) -> bool:
+        return (namespace if resource_type.namespaced else "", name) in self._bucket(resource_type)
+
     def exists_uid(self, uid: str) -> bool:
         return uid in self._uids
 
