@@ -5,7 +5,8 @@ tests/plugin, tests/controller `test_chart_policies.py`).
 `enforcing_server(namespace)` loads the chart rendered for a release in `namespace`; `seed(server, ...)`
 creates objects as the admin (not subject to RBAC); `identity(server, path, token)` is a KubeApi that
 connects with a service-account token (bound to a pod and node when the token says so);
-`refused(call)` awaits a write that must fail and returns the API server's status code.
+`refused(call)` awaits a write that must fail and returns the API server's status code (a 422 must come
+from an admission policy).
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ async def identity(server: ApiServer, directory: Path, token: str) -> AsyncItera
 
 
 async def refused(call: Awaitable[Any]) -> int:
-    """The status of a request that must be refused (a test failure when it succeeds)."""
+    """The status of a request that must be refused (a test failure when it succeeds): 403 from RBAC, or 422
+    from an admission policy (a 422 for any other reason fails the test)."""
     with pytest.raises(KubeApiError) as caught:
         await call
+    if caught.value.status == 422:
+        assert "ValidatingAdmissionPolicy" in caught.value.message, caught.value.message
     return caught.value.status
