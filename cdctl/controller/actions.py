@@ -119,6 +119,33 @@ class Actions:
         await self.journal.observe_written(resource, replaced, Change.MODIFIED)
         return replaced
 
+    async def merge_patch(
+        self,
+        uid: str,
+        action: str,
+        resource: ResourceType,
+        namespace: str | None,
+        name: str,
+        patch: JsonObject,
+    ) -> JsonObject | None:
+        """Merge-patch one object (a resourceVersion in `patch` guards against lost updates, as `replace`
+        does); None when the object is gone."""
+        await self._intend(uid, action, resource, namespace or "", name)
+        try:
+            patched = await self.api.merge_patch(resource.object_path(namespace, name), patch)
+        except NotFoundError:
+            await self._succeeded(uid, action, resource, namespace or "", name, "gone")
+            return None
+        except ConflictError as exc:
+            await self._failed(uid, action, resource, namespace or "", name, exc)
+            raise RetriableError(f"{action} {resource.kind} {namespace}/{name}: {exc}", delay=0.0) from exc
+        except KubeApiError as exc:
+            await self._failed(uid, action, resource, namespace or "", name, exc)
+            raise typed(exc, f"{action} {resource.kind} {namespace}/{name}") from exc
+        await self._succeeded(uid, action, resource, namespace or "", name)
+        await self.journal.observe_written(resource, patched, Change.MODIFIED)
+        return patched
+
     async def set_finalizer(
         self,
         uid: str,

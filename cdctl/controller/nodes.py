@@ -2,7 +2,10 @@
 
 The kubelet plugin labels a node when it prepares a channel; the controller removes the labels when the
 domain goes. The nodes are listed from the API (not the view), as the Go driver does, so a label the watch
-has not delivered yet is not missed. Called by cdctl.controller.computedomain (teardown and orphan sweep).
+has not delivered yet is not missed. Each label goes by a merge patch of that one label, guarded by the
+listed resourceVersion (a node changed since answers 409 and the teardown retries), so the controller's role
+needs `patch` on Nodes, not `update` of the whole object. Called by cdctl.controller.computedomain (teardown
+and orphan sweep).
 """
 
 from __future__ import annotations
@@ -28,13 +31,15 @@ class NodeLabels:
             raise typed(exc, "list labelled nodes") from exc
         changed = 0
         for node in listing.get("items") or []:
-            labels = dict(node.get("metadata", {}).get("labels") or {})
-            if labels.get(LABEL_COMPUTE_DOMAIN) != uid:
+            meta = node.get("metadata") or {}
+            if (meta.get("labels") or {}).get(LABEL_COMPUTE_DOMAIN) != uid:
                 continue
-            del labels[LABEL_COMPUTE_DOMAIN]
-            node.setdefault("apiVersion", "v1")
-            node.setdefault("kind", "Node")
-            node["metadata"]["labels"] = labels
-            await self.ctx.actions.replace(uid, "remove-label", NODES, node)
+            patch = {
+                "metadata": {
+                    "resourceVersion": meta.get("resourceVersion"),
+                    "labels": {LABEL_COMPUTE_DOMAIN: None},
+                }
+            }
+            await self.ctx.actions.merge_patch(uid, "remove-label", NODES, None, str(meta["name"]), patch)
             changed += 1
         return changed

@@ -67,15 +67,27 @@ def render_objects(
     return objects
 
 
-def chart_rbac(namespace: str, values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The Roles, ClusterRoles and bindings the chart renders into `namespace`: what the simulated API server
-    enforces when a component test runs under the chart's own RBAC (cdctl.sim.apiserver.rbac)."""
+def _chart_objects(namespace: str, values: Mapping[str, Any] | None, kinds: set[str]) -> list[dict[str, Any]]:
     chart = hc.Chart.load(CHART_DIR)
     try:
         objects = render_objects(chart, values, namespace=namespace)
     finally:
         chart.close()
-    return [o for o in objects if o["kind"] in {"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}]
+    return [o for o in objects if o["kind"] in kinds]
+
+
+def chart_rbac(namespace: str, values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The Roles, ClusterRoles and bindings the chart renders into `namespace`: what the simulated API server
+    enforces when a component test runs under the chart's own RBAC (cdctl.sim.apiserver.rbac)."""
+    return _chart_objects(namespace, values, {"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"})
+
+
+def chart_policies(namespace: str, values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicies and bindings the chart renders for a release in `namespace`: what the
+    simulated API server evaluates once given them (`ApiServer.load_policies`)."""
+    return _chart_objects(
+        namespace, values, {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    )
 
 
 def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:

@@ -58,6 +58,9 @@ EXCEPTIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         # deletes it when the rack is gone, and reads claims to keep a domain a workload still uses.
         ("resource.nvidia.com", "computedomains"): {"create", "delete"},
         ("resource.k8s.io", "resourceclaims"): READ,
+        # The Node label is removed by a patch of that label alone (the controller admission policy keeps it
+        # so), not by an update of the whole Node.
+        ("", "nodes"): {"patch"},
     },
     "kubelet-plugin": {
         ("", "events"): {"create", "patch"},  # Events on the Node (fabric not ready).
@@ -117,7 +120,7 @@ def test_default_mode_grants_exactly_what_is_needed(rendered: dict[str, list[dic
         ("*", "resource.nvidia.com", "computedomains/status"): {"update"},
         ("*", "resource.k8s.io", "resourceclaimtemplates"): CRUD,
         ("*", "", "events"): {"create", "patch"},
-        ("*", "", "nodes"): READ | {"update"},
+        ("*", "", "nodes"): READ | {"patch"},
         (NAMESPACE, "apps", "daemonsets"): CRUD | {"patch"},
         (NAMESPACE, "", "pods"): READ,
         (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): CRUD,
@@ -131,7 +134,7 @@ def test_default_mode_grants_exactly_what_is_needed(rendered: dict[str, list[dic
         (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): READ,
     }
     assert grants[DAEMON] == {
-        (NAMESPACE, "", "pods"): {"get", "patch"},
+        (NAMESPACE, "", "pods"): {"patch"},
         (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): READ,
     }
 
@@ -167,7 +170,7 @@ def test_additional_namespaces_get_the_namespaced_grants(rendered: dict[str, lis
     grants = _grants(rendered["driver-managed"])
     assert grants[CONTROLLER][("team-a", "apps", "daemonsets")] == CRUD | {"patch"}
     assert grants["team-a/compute-domain-daemon-service-account"] == {
-        ("team-a", "", "pods"): {"get", "patch"},
+        ("team-a", "", "pods"): {"patch"},
         ("team-a", "resource.nvidia.com", "computedomaincliques"): READ,
     }
 
@@ -177,7 +180,7 @@ def test_without_cliques_daemons_read_computedomains_instead(helm_chart: hc.Char
     grants = _grants(render_objects(helm_chart, values))
     assert grants[DAEMON] == {
         ("*", "resource.nvidia.com", "computedomains"): READ,
-        (NAMESPACE, "", "pods"): {"get", "patch"},
+        (NAMESPACE, "", "pods"): {"patch"},
     }
     assert (NAMESPACE, "resource.nvidia.com", "computedomaincliques") not in grants[CONTROLLER]
     assert (NAMESPACE, "resource.nvidia.com", "computedomaincliques") not in grants[PLUGIN]

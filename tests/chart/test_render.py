@@ -250,26 +250,6 @@ def test_driver_managed_mode_provides_what_daemon_pods_need(
     assert "compute-domain-daemon.nvidia.com" in {o["metadata"]["name"] for o in find(objects, "DeviceClass")}
 
 
-def test_admission_policy_limits_the_plugin_to_its_node(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    objects = rendered["default"]
-    policy = one(objects, "ValidatingAdmissionPolicy")
-    binding = one(objects, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
-    rules = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert rules == [
-        {
-            "apiGroups": ["resource.k8s.io"],
-            "apiVersions": ["*"],
-            "operations": ["CREATE", "UPDATE", "DELETE"],
-            "resources": ["resourceslices"],
-        }
-    ]
-    (condition,) = policy["spec"]["matchConditions"]
-    assert f'"system:serviceaccount:{NAMESPACE}:cdctl-kubelet-plugin"' in condition["expression"]
-    expressions = [v["expression"] for v in policy["spec"]["validations"]]
-    assert "variables.userNodeName == variables.objectNodeName" in expressions
-
-
 @pytest.mark.parametrize(
     ("values", "namespace", "message"),
     [

@@ -1,5 +1,6 @@
-"""`cdctl daemon run` under the chart's own RBAC: the simulated API server enforces the rendered roles for the
-daemons' service account, so a request the chart does not grant fails here as on a real cluster.
+"""`cdctl daemon run` under the chart's own RBAC and admission policies: the simulated API server enforces the
+rendered roles and policies for the daemons' service account (each daemon's token bound to its pod), so a
+request the chart does not grant fails here as on a real cluster.
 
 Two daemons labelling their pods, following their clique to READY and stopping must be refused nothing.
 """
@@ -9,11 +10,11 @@ from __future__ import annotations
 from cdctl.domain.computedomains import DaemonEntry
 from cdctl.sim.apiserver.rbac import service_account_token
 from cdctl.sim.apiserver.server import ApiServer
-from tests.chart.conftest import chart_rbac
+from tests.chart.conftest import chart_policies, chart_rbac
 from tests.daemon.conftest import FakeImex, eventually
 from tests.daemon.rig import CLIQUE, DRIVER_NAMESPACE, open_rig
 
-ACCOUNT = service_account_token(DRIVER_NAMESPACE, "compute-domain-daemon-service-account")
+ACCOUNT = "compute-domain-daemon-service-account"
 
 
 async def test_daemons_need_nothing_the_chart_does_not_grant(fake_imex: FakeImex) -> None:
@@ -22,10 +23,15 @@ async def test_daemons_need_nothing_the_chart_does_not_grant(fake_imex: FakeImex
         rig = await open_rig(server, fake_imex)
         try:
             server.rbac.load(rbac)
-            server.write_kubeconfig(rig.kubeconfig, ACCOUNT)  # the daemons connect as their account
+            server.load_policies(chart_policies(DRIVER_NAMESPACE))
             a0 = rig.daemon("a0", "n1", "10.60.0.1", "uid-a")
             a1 = rig.daemon("a1", "n2", "10.60.0.2", "uid-a")
-            for daemon in (a0, a1):
+            for daemon in (a0, a1):  # each daemon connects as its account, its token bound to its pod
+                token = service_account_token(
+                    DRIVER_NAMESPACE, ACCOUNT, pod=daemon.name, pod_uid=f"uid-{daemon.name}", node=daemon.node
+                )
+                kubeconfig = server.write_kubeconfig(daemon.imexd / "kubeconfig", token)
+                daemon.env["KUBECONFIG"] = str(kubeconfig)
                 await rig.start(daemon)
             await rig.wait_labelled(a0, a1)
             entries = [DaemonEntry("n1", "10.60.0.1", CLIQUE, 0), DaemonEntry("n2", "10.60.0.2", CLIQUE, 1)]
@@ -36,3 +42,4 @@ async def test_daemons_need_nothing_the_chart_does_not_grant(fake_imex: FakeImex
         finally:
             await rig.close()
     assert server.rbac.denials == []
+    assert server.store.policies.denials == []

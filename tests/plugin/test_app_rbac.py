@@ -1,5 +1,6 @@
-"""The plugin process under the chart's own RBAC: the simulated API server enforces the rendered roles for the
-plugin's service account, so a request the chart does not grant fails here as it would on a real cluster.
+"""The plugin process under the chart's own RBAC and admission policies: the simulated API server enforces the
+rendered roles and policies for the plugin's service account (its token bound to a pod on its node), so a
+request the chart does not grant fails here as it would on a real cluster.
 
 A whole start, slice publishing, Prepare and Unprepare through the socket must be refused nothing; and
 without the Node `patch` verb, the Prepare fails with the API server's words instead of labelling the Node.
@@ -17,11 +18,13 @@ from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.k8s.rest import KubeApi
 from cdctl.sim.apiserver.rbac import service_account_token
 from cdctl.sim.apiserver.server import ApiServer
-from tests.chart.conftest import chart_rbac
-from tests.plugin.test_app import U, config, seed_claim, serving_plugin
+from tests.chart.conftest import chart_policies, chart_rbac
+from tests.plugin.test_app import NODE, U, config, seed_claim, serving_plugin
 
 Env = tuple[ApiServer, KubeApi, Path]
-PLUGIN_ACCOUNT = service_account_token("default", "cdctl-kubelet-plugin")
+PLUGIN_ACCOUNT = service_account_token(
+    "default", "cdctl-kubelet-plugin", pod="cdctl-kubelet-plugin-x", pod_uid="uid-plugin", node=NODE
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +51,7 @@ async def prepare_and_unprepare(env: Env, rbac: list[dict[str, Any]]) -> tuple[s
     server, api, base = env
     _, claim_uid = await seed_claim(api, f"{U}.7")
     server.rbac.load(rbac)
+    server.load_policies(chart_policies("default", {"allowDefaultNamespace": True}))
     kubeconfig = server.write_kubeconfig(base / "kubeconfig-plugin", PLUGIN_ACCOUNT)
     cfg = dataclasses.replace(config(base), kubeconfig=str(kubeconfig))
     async with serving_plugin(cfg, api) as (_, stub):
@@ -63,6 +67,7 @@ async def test_the_chart_grants_everything_the_plugin_asks_for(
     server, _, _ = env
     assert await prepare_and_unprepare(env, plugin_rbac) == ("", "")
     assert server.rbac.denials == []
+    assert server.store.policies.denials == []
 
 
 async def test_a_verb_the_chart_does_not_grant_fails_the_prepare_with_the_servers_words(

@@ -4,7 +4,8 @@
 parses `/api/v1/...` and `/apis/<group>/<version>/...` paths (namespaced and cluster-wide), answers discovery,
 and maps the verbs: GET, LIST (with selectors and limit/continue), WATCH (cdctl.sim.apiserver.watchstream),
 POST, PUT, PATCH, DELETE and deletecollection, plus the `status` and pods `binding` subresources.
-Every ApiError becomes a Status body.
+Every write is made as the request's user (cdctl.sim.apiserver.identity), whom the stored admission policies
+see. Every ApiError becomes a Status body.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from cdctl.sim.apiserver.errors import (
     InternalError,
     MethodNotAllowed,
     NotFound,
+    Unauthorized,
 )
 from cdctl.sim.apiserver.faults import FaultPlan
+from cdctl.sim.apiserver.identity import TokenError, UserInfo, user_for_authorization
 from cdctl.sim.apiserver.patch import parse_body
 from cdctl.sim.apiserver.queryparams import is_true, non_negative_int
 from cdctl.sim.apiserver.rbac import Rbac
@@ -231,6 +234,13 @@ class ApiRoutes:
             }
         )
 
+    @staticmethod
+    def _user(request: web.Request) -> UserInfo:
+        try:
+            return user_for_authorization(request.headers.get("Authorization"))
+        except TokenError as error:
+            raise Unauthorized(str(error)) from error
+
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
         content_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
@@ -248,6 +258,7 @@ class ApiRoutes:
             target.namespace or "",
             self._in(target, body),
             dry_run=bool(request.query.get("dryRun")),
+            user=self._user(request),
         )
         return self._respond(request, target, created, status=201)
 
@@ -261,6 +272,7 @@ class ApiRoutes:
             self._in(target, body),
             subresource=target.subresource,
             dry_run=bool(request.query.get("dryRun")),
+            user=self._user(request),
         )
         return self._respond(request, target, updated)
 
@@ -282,6 +294,7 @@ class ApiRoutes:
             content_type,
             subresource=target.subresource,
             dry_run=bool(request.query.get("dryRun")),
+            user=self._user(request),
         )
         return self._respond(request, target, patched)
 
@@ -297,12 +310,16 @@ class ApiRoutes:
             propagation=propagation,
             preconditions=options.get("preconditions"),
             dry_run=bool(request.query.get("dryRun") or options.get("dryRun")),
+            user=self._user(request),
         )
         return self._respond(request, target, deleted)
 
     def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
         deleted = self.store.delete_collection(
-            self._storage(target), target.namespace, self._filter(request, target.resource_type)
+            self._storage(target),
+            target.namespace,
+            self._filter(request, target.resource_type),
+            user=self._user(request),
         )
         resource_type = target.resource_type
         return _json(
@@ -325,7 +342,9 @@ class ApiRoutes:
         if pod["spec"].get("nodeName"):
             raise Conflict(f'pod {target.name} is already assigned to node "{pod["spec"]["nodeName"]}"')
         pod["spec"]["nodeName"] = node
-        self.store.update(pods, self._namespace(target), target.name, pod)
+        self.store.update(
+            pods, self._namespace(target), target.name, pod, subresource="binding", user=self._user(request)
+        )
         # The API server answers a Status, which typed clients cannot decode as a Binding: echo the binding.
         binding = {
             "apiVersion": "v1",

@@ -5,8 +5,9 @@ Kubernetes' RBAC authorizer, reduced to what the chart uses: Roles and ClusterRo
 `resource/subresource`) x verbs, `*` wildcards and resourceNames. The verb of a request is derived from its
 method and path as the real server does (get/list/watch/create/update/patch/delete/deletecollection).
 
-A client whose bearer token is `system:serviceaccount:<namespace>:<name>` (see `service_account_token`) is
-that service account; every other token is the cluster admin, so the simulator's own stand-ins and tests are
+A client whose bearer token is `system:serviceaccount:<namespace>:<name>` (see `service_account_token`;
+cdctl.sim.apiserver.identity, also for tokens bound to a pod) is that service account; every other token is
+the cluster admin, so the simulator's own stand-ins and tests are
 never restricted. Nothing is enforced until `load()` is given the objects (tests load the chart's rendered
 RBAC, so a component that makes a request its role does not grant fails there as on a real cluster). Each
 refusal is kept in `denials`. Used by cdctl.sim.apiserver.handlers (one check before each request) and the
@@ -19,15 +20,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdctl.sim.apiserver.errors import Forbidden
+from cdctl.sim.apiserver.errors import Forbidden, Unauthorized
+from cdctl.sim.apiserver.identity import (
+    SERVICE_ACCOUNT_PREFIX,
+    TokenError,
+    service_account_token,
+    user_for_token,
+)
 from cdctl.sim.apiserver.queryparams import is_true
 
-SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
-
-
-def service_account_token(namespace: str, name: str) -> str:
-    """The token by which a simulated client is the service account `namespace/name`."""
-    return f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"
+__all__ = [
+    "SERVICE_ACCOUNT_PREFIX",
+    "Rbac",
+    "RequestAttributes",
+    "request_attributes",
+    "service_account_token",
+]
 
 
 @dataclass(frozen=True)
@@ -126,10 +134,15 @@ class Rbac:
                     grants.setdefault(token, []).extend((where, rule) for rule in rules)
         self.grants, self.enforcing = grants, True
 
-    def check(self, token: str, attrs: RequestAttributes) -> Forbidden | None:
-        """None when allowed; the API server's 403 otherwise (and the refusal is recorded)."""
+    def check(self, token: str, attrs: RequestAttributes) -> Forbidden | Unauthorized | None:
+        """None when allowed; the API server's 403 otherwise (and the refusal is recorded). A token bound to a
+        pod has its service account's grants; a malformed one is a 401."""
         if not self.enforcing or not token.startswith(SERVICE_ACCOUNT_PREFIX):
             return None
+        try:
+            token = user_for_token(token).username
+        except TokenError as error:
+            return Unauthorized(str(error))
         for where, rule in self.grants.get(token, ()):
             if (not where or where == attrs.namespace) and rule.allows(attrs):
                 return None
@@ -141,7 +154,7 @@ class Rbac:
 
     def check_request(
         self, authorization: str | None, method: str, path: str, query: Mapping[str, str]
-    ) -> Forbidden | None:
+    ) -> Forbidden | Unauthorized | None:
         if not self.enforcing:
             return None
         attrs = request_attributes(method, path, query)

@@ -229,6 +229,22 @@ def builtin_types() -> list[ResourceType]:
     types += _builtin(rbac, core, "clusterrolebindings", "ClusterRoleBinding", namespaced=False)
     types += _builtin(rbac, core, "roles", "Role", namespaced=True)
     types += _builtin(rbac, core, "rolebindings", "RoleBinding", namespaced=True)
+    admission = "admissionregistration.k8s.io"
+    types += _builtin(
+        admission,
+        core,
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        namespaced=False,
+        status=True,
+    )
+    types += _builtin(
+        admission,
+        core,
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        namespaced=False,
+    )
     types += _builtin(
         "apiextensions.k8s.io",
         core,

@@ -4,7 +4,9 @@ Tests start it in process (`async with ApiServer() as server:`, then point kuber
 `server.url` or at the file from `server.write_kubeconfig(path)`); `cdctl sim apiserver` runs it standalone.
 Faults on demand: `server.faults` (error shares, queued errors, delays), `drop_watches()`, and `restart()`,
 which keeps the store and the port. `server.rbac.load(objects)` enforces Roles and bindings for clients that
-connect with a service-account token (`write_kubeconfig(path, token=...)`; cdctl.sim.apiserver.rbac).
+connect with a service-account token (`write_kubeconfig(path, token=...)`; cdctl.sim.apiserver.rbac), and
+`server.load_policies(objects)` stores ValidatingAdmissionPolicies and their bindings, which every write then
+passes (cdctl.sim.apiserver.policies).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import signal
 import socket
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -84,6 +87,21 @@ class ApiServer:
         await self.stop()
         await self.start()
         self.restarts += 1
+
+    def load_policies(self, objects: Iterable[Mapping[str, Any]]) -> int:
+        """Create (or replace) the ValidatingAdmissionPolicies and bindings among `objects`, policies first;
+        other kinds are ignored. Returns how many were stored; a policy the simulator cannot run raises
+        Invalid. The same as creating them through the API as the admin."""
+        kinds = {"ValidatingAdmissionPolicy": 0, "ValidatingAdmissionPolicyBinding": 1}
+        wanted = sorted((o for o in objects if o.get("kind") in kinds), key=lambda o: kinds[str(o["kind"])])
+        for obj in wanted:
+            plural = f"{str(obj['kind']).lower()}s".replace("policys", "policies")
+            resource_type = self.store.type_of("admissionregistration.k8s.io", plural)
+            name = str(obj["metadata"]["name"])
+            if self.store.exists_name(resource_type, "", name):
+                self.store.delete(resource_type, "", name)
+            self.store.create(resource_type, "", dict(obj))
+        return len(wanted)
 
     def drop_watches(self) -> int:
         """End every open client watch now; returns how many there were."""

@@ -5,7 +5,9 @@ and publishes a `StoredEvent` to the watch hub. The write rules are the ones our
 generateName, 409 on existing names and stale resourceVersions, the status subresource split, generation
 bumps, finalizers and deletionTimestamp, ownerReference garbage collection, namespace termination, and CRDs
 (serving, defaults, validation rules). Called by the HTTP handlers (cdctl.sim.apiserver.handlers) and, in
-process, by the stand-in controllers (claims, allocator, daemonsets, kubelet).
+process, by the stand-in controllers (claims, allocator, daemonsets, kubelet). Every create, update, patch and
+delete passes the stored ValidatingAdmissionPolicies (cdctl.sim.apiserver.policies) as the writing `user`
+(the HTTP handlers pass the request's; in-process writers are the admin).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from cdctl.sim.apiserver.errors import (
     NotFound,
     not_found,
 )
+from cdctl.sim.apiserver.identity import ADMIN, UserInfo
 from cdctl.sim.apiserver.patch import APPLY_PATCH, apply_patch
+from cdctl.sim.apiserver.policies import BINDING_KEY, POLICY_KEY, AdmissionPolicies, AdmissionRequest
 from cdctl.sim.apiserver.resources import ResourceRegistry, ResourceType, builtin_registry
 from cdctl.sim.apiserver.watch import StoredEvent, Watcher, WatchHub
 
@@ -51,6 +55,7 @@ class ObjectStore:
         self._pods_by_node: dict[str, set[tuple[str, str]]] = {}  # spec.nodeName -> (namespace, name)
         self._revision = 0
         self._rng = random.Random(seed)
+        self.policies = AdmissionPolicies()
         for namespace in DEFAULT_NAMESPACES:
             self.create(self.type_of(*NAMESPACE_KEY), "", {"metadata": {"name": namespace}})
 
@@ -119,6 +124,9 @@ class ObjectStore:
         if after:
             self._pods_by_node.setdefault(after, set()).add(key)
 
+    def exists_name(self, resource_type: ResourceType, namespace: str, name: str) -> bool:
+        return (namespace if resource_type.namespaced else "", name) in self._bucket(resource_type)
+
     def exists_uid(self, uid: str) -> bool:
         return uid in self._uids
 
@@ -154,6 +162,8 @@ class ObjectStore:
             self._uids[obj["metadata"]["uid"]] = (resource_type.storage_key, namespace, key[1])
         if resource_type.storage_key == PODS_KEY:
             self._index_pod(key, None if event_type == "DELETED" else obj, previous or obj)
+        if resource_type.storage_key in (POLICY_KEY, BINDING_KEY):
+            self.policies.observe(resource_type.storage_key, obj, deleted=event_type == "DELETED")
         self.hub.publish(
             StoredEvent(
                 self._revision,
@@ -181,8 +191,45 @@ class ObjectStore:
             )
 
     # ---- create / update / patch ---------------------------------------------------------------------------
+    def _admit_policies(
+        self,
+        operation: str,
+        resource_type: ResourceType,
+        new: dict[str, Any] | None,
+        old: dict[str, Any] | None,
+        *,
+        subresource: str | None,
+        user: UserInfo | None,
+        dry_run: bool,
+    ) -> None:
+        """The ValidatingAdmissionPolicies' say on one write (raises their 4xx); a policy or binding being
+        written must compile first."""
+        current = new if new is not None else old
+        assert current is not None
+        if new is not None:
+            self.policies.check_definition(resource_type.storage_key, new)
+        metadata = current["metadata"]
+        request = AdmissionRequest(
+            operation,
+            resource_type,
+            str(metadata.get("namespace", "")),
+            str(metadata.get("name", "")),
+            new,
+            old,
+            subresource or "",
+            user or ADMIN,
+            dry_run,
+        )
+        self.policies.admit(request)
+
     def create(
-        self, resource_type: ResourceType, namespace: str, body: dict[str, Any], *, dry_run: bool = False
+        self,
+        resource_type: ResourceType,
+        namespace: str,
+        body: dict[str, Any],
+        *,
+        dry_run: bool = False,
+        user: UserInfo | None = None,
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise BadRequest("the request body must be an object")
@@ -221,6 +268,7 @@ class ObjectStore:
             obj.pop("status", None)
         admission.apply_create_defaults(resource_type, obj)
         obj = admission.admit(self.registry, resource_type, obj, None)
+        self._admit_policies("CREATE", resource_type, obj, None, subresource=None, user=user, dry_run=dry_run)
         if dry_run:
             return obj
         created = self._commit(resource_type, "ADDED", obj, None)
@@ -243,6 +291,7 @@ class ObjectStore:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        user: UserInfo | None = None,
     ) -> dict[str, Any]:
         old = self._find(resource_type, namespace, name)
         if not isinstance(body, dict):
@@ -289,6 +338,9 @@ class ObjectStore:
                     "no new finalizers can be added if the object is being deleted"
                 )
         new = admission.admit(self.registry, resource_type, new, old)
+        self._admit_policies(
+            "UPDATE", resource_type, new, old, subresource=subresource, user=user, dry_run=dry_run
+        )
         if new == old:
             return copy.deepcopy(old)
         ignore_status = resource_type.status_subresource
@@ -315,6 +367,7 @@ class ObjectStore:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        user: UserInfo | None = None,
     ) -> dict[str, Any]:
         """Apply a patch of any supported content type; apply-patch creates a missing object."""
         bucket_key = (namespace if resource_type.namespaced else "", name)
@@ -323,14 +376,16 @@ class ObjectStore:
                 raise BadRequest("apply patch body must be an object")
             created = copy.deepcopy(body)
             meta.metadata_of(created).setdefault("name", name)
-            return self.create(resource_type, namespace, created, dry_run=dry_run)
+            return self.create(resource_type, namespace, created, dry_run=dry_run, user=user)
         current = self.get(resource_type, namespace, name)
         patched = apply_patch(current, body, content_type, custom=not resource_type.builtin)
         patched_meta = meta.metadata_of(patched)
         if patched_meta.get("resourceVersion") is None:
             # No resourceVersion in the patch: it applies to the latest object. One in it is a precondition.
             patched_meta["resourceVersion"] = current["metadata"]["resourceVersion"]
-        return self.update(resource_type, namespace, name, patched, subresource=subresource, dry_run=dry_run)
+        return self.update(
+            resource_type, namespace, name, patched, subresource=subresource, dry_run=dry_run, user=user
+        )
 
     # ---- delete, finalizers, garbage collection, namespaces ------------------------------------------------
     def delete(
@@ -342,6 +397,7 @@ class ObjectStore:
         propagation: str | None = None,
         preconditions: Mapping[str, Any] | None = None,
         dry_run: bool = False,
+        user: UserInfo | None = None,
     ) -> dict[str, Any]:
         """Delete now, or mark with deletionTimestamp while finalizers remain; returns the object."""
         obj = self._find(resource_type, namespace, name)
@@ -352,6 +408,7 @@ class ObjectStore:
                     f"Precondition failed: {field} in precondition: {wanted}, {field} in object meta: "
                     f"{obj['metadata'].get(key)}"
                 )
+        self._admit_policies("DELETE", resource_type, None, obj, subresource=None, user=user, dry_run=dry_run)
         if dry_run:
             return copy.deepcopy(obj)
         if resource_type.storage_key == NAMESPACE_KEY:
@@ -368,14 +425,21 @@ class ObjectStore:
         return self._remove(resource_type, obj)
 
     def delete_collection(
-        self, resource_type: ResourceType, namespace: str | None, matches: ObjectFilter | None = None
+        self,
+        resource_type: ResourceType,
+        namespace: str | None,
+        matches: ObjectFilter | None = None,
+        *,
+        user: UserInfo | None = None,
     ) -> list[dict[str, Any]]:
         items, _ = self.list_objects(resource_type, namespace, matches)
         deleted = []
         for item in items:
             item_meta = item["metadata"]
             if self.exists_uid(item_meta["uid"]):
-                deleted.append(self.delete(resource_type, item_meta.get("namespace", ""), item_meta["name"]))
+                deleted.append(
+                    self.delete(resource_type, item_meta.get("namespace", ""), item_meta["name"], user=user)
+                )
         return deleted
 
     def _remove(self, resource_type: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,11 @@ one source of truth for them. Helm is not needed at runtime (helm-python-sdk is 
   API server refuses the daemon pods. The other components run as processes here, not as pods, so their
   accounts are not needed.
   tests/chart checks the result against Helm's own rendering for several sets of values.
+- ValidatingAdmissionPolicies and their bindings come from `charts/cdctl/files/admission-policies.yaml`, the
+  list `templates/admission-policies.yaml` renders (`admission_policies(values, namespace=...)`): the same
+  names, matchCondition on the component's service accounts, Fail and [Deny], `driverManagedOnly` entries
+  left out under HostManagedIMEX; labels carry only the component. The rack loads them, so the simulated
+  cluster enforces them.
 
 Values are merged over the chart's `values.yaml` and validated against its `values.schema.json`, like Helm.
 
@@ -227,3 +232,67 @@ def daemon_service_accounts(
         }
         for ns in managed
     ]
+
+
+def _fullname(values: Mapping[str, Any], release: str) -> str:
+    """templates/_helpers.tpl "cdctl.fullname"."""
+    if values.get("fullnameOverride"):
+        return str(values["fullnameOverride"])[:63].rstrip("-")
+    name = str(values.get("nameOverride") or CHART_NAME)
+    return (release if name in release else f"{release}-{name}")[:63].rstrip("-")
+
+
+def admission_policies(
+    values: Mapping[str, Any] | None = None,
+    *,
+    namespace: str,
+    release: str = CHART_NAME,
+    chart: Path | None = None,
+) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicies and bindings Helm renders for a release in `namespace`, each policy
+    followed by its binding."""
+    directory = _resolve(chart)
+    merged = merged_values(values, chart=directory)
+    host_managed = feature_gates(merged)["HostManagedIMEX"]
+    fullname = _fullname(merged, release)
+    managed = list(dict.fromkeys([namespace, *(merged.get("additionalNamespaces") or [])]))
+    accounts = {
+        "controller": [f"system:serviceaccount:{namespace}:{fullname}-controller"],
+        "kubeletPlugin": [f"system:serviceaccount:{namespace}:{fullname}-kubelet-plugin"],
+        "daemon": [f"system:serviceaccount:{ns}:compute-domain-daemon-service-account" for ns in managed],
+    }
+    entries = _load_yaml(directory / "files" / "admission-policies.yaml")
+    if not isinstance(entries, list):
+        raise ChartError(f"{directory / 'files' / 'admission-policies.yaml'}: not a list")
+    objects: list[dict[str, Any]] = []
+    for entry in entries:
+        if entry.get("driverManagedOnly") and host_managed:
+            continue
+        name = f"{entry['name']}-policy-{fullname}"
+        labels = {"app.kubernetes.io/component": entry["component"]}
+        condition = "request.userInfo.username in " + json.dumps(
+            accounts[entry["serviceAccount"]], separators=(",", ":")
+        )
+        objects.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": name, "labels": dict(labels)},
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": {"resourceRules": copy.deepcopy(entry["resourceRules"])},
+                    "matchConditions": [{"name": "isServiceAccount", "expression": condition}],
+                    "variables": copy.deepcopy(entry.get("variables") or []),
+                    "validations": copy.deepcopy(entry["validations"]),
+                },
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": name, "labels": dict(labels)},
+                "spec": {"policyName": name, "validationActions": ["Deny"]},
+            }
+        )
+    return objects

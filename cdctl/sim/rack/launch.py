@@ -37,14 +37,20 @@ from typing import Any
 
 from cdctl.domain.computedomains import DRIVER_NAME
 from cdctl.sim.apiserver.errors import AlreadyExists
+from cdctl.sim.apiserver.identity import service_account_token
 from cdctl.sim.controllers.controllerloop import ControllerLoop
 from cdctl.sim.controllers.jobs import JobController, serve_jobs
 from cdctl.sim.node.daemonruntime import DaemonPodRuntime
 from cdctl.sim.node.forkserver import ForkServer
 from cdctl.sim.node.topology import GPUS_PER_NODE, build_topology
-from cdctl.sim.rack.chart import cluster_bootstrap_objects, daemon_service_accounts
+from cdctl.sim.rack.chart import (
+    CHART_NAME,
+    admission_policies,
+    cluster_bootstrap_objects,
+    daemon_service_accounts,
+)
 from cdctl.sim.rack.cluster import SimCluster
-from cdctl.sim.rack.components import Component, controller_command, plugin_command
+from cdctl.sim.rack.components import CONTROLLER_POD, Component, controller_command, plugin_command
 from cdctl.sim.rack.settings import MODES, RackSettings
 
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
@@ -170,6 +176,11 @@ class Rack:
             group = obj["apiVersion"].rpartition("/")[0]
             self._create(group, _PLURALS[obj["kind"]], "", obj)
         self._create("", "namespaces", "", {"metadata": {"name": self.settings.driver_namespace}})
+        # The chart's admission policies, enforced for the controller and plugins, which connect as their
+        # service accounts with tokens bound to their pods (`_kubeconfig_for`).
+        self.cluster.apiserver.load_policies(
+            admission_policies(values, namespace=self.settings.driver_namespace)
+        )
         if self.settings.rack_domains_namespace:
             self._create("", "namespaces", "", {"metadata": {"name": self.settings.rack_domains_namespace}})
         for account in daemon_service_accounts(self.settings.driver_namespace, values):
@@ -195,6 +206,17 @@ class Rack:
             node["status"] = {**(node.get("status") or {}), "capacity": gpus, "allocatable": dict(gpus)}
             self.store.update(nodes, "", fake.name, node, subresource="status")
 
+    def _kubeconfig_for(self, account: str, pod: str, node: str) -> Path:
+        """A kubeconfig whose token is the chart's service account `account`, bound to `pod` on `node`."""
+        token = service_account_token(
+            self.settings.driver_namespace,
+            f"{CHART_NAME}-{account}",
+            pod=pod,
+            pod_uid=f"uid-{pod}",
+            node=node,
+        )
+        return self.cluster.apiserver.write_kubeconfig(self.work_dir / "kubeconfigs" / pod, token)
+
     async def _start_components(self) -> None:
         env = dict(self.base_env)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -202,7 +224,12 @@ class Rack:
         rack_domains = {"RACK_DOMAINS": "true", "RACK_DOMAIN_NAMESPACE": self.settings.rack_domains_namespace}
         self.controller = await Component.launch(
             "controller",
-            controller_command(self.settings, self.kubeconfig, self.controller_db, self.topology),
+            controller_command(
+                self.settings,
+                self._kubeconfig_for("controller", CONTROLLER_POD, "control-plane"),
+                self.controller_db,
+                self.topology,
+            ),
             {**env, **rack_domains} if self.settings.rack_domains_namespace else env,
             self.logs_dir / "controller.log",
             self.fork_server,
@@ -214,7 +241,7 @@ class Rack:
                     self.settings,
                     node,
                     self.cluster,
-                    self.kubeconfig,
+                    self._kubeconfig_for("kubelet-plugin", f"{CHART_NAME}-kubelet-plugin-{node}", node),
                     self.cdi_root(node),
                     self.plugin_db(node),
                 ),
