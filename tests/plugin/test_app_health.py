@@ -27,9 +27,11 @@ EVENTS = "/api/v1/namespaces/default/events"
 
 async def until(check: Callable[[], Any]) -> Any:
     async with asyncio.timeout(20):
-        while not (got := await check()):
+        while True:
+            got = await check()
+            if got:
+                return got
             await asyncio.sleep(0.02)
-        return got
 
 
 async def node_events(api: KubeApi) -> list[tuple[str, str]]:
@@ -91,9 +93,10 @@ async def test_without_a_gpu_driver_the_plugin_stays_up_and_publishes_nothing(
     env: tuple[ApiServer, KubeApi, Path],
 ) -> None:
     _, api, base = env
-    stale = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "stale"},
-             "spec": {"driver": "compute-domain.nvidia.com", "nodeName": NODE,
-                      "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1}, "devices": []}}  # fmt: skip
+    pool = {"name": NODE, "generation": 1, "resourceSliceCount": 1}
+    spec = {"driver": "compute-domain.nvidia.com", "nodeName": NODE, "pool": pool, "devices": []}
+    stale = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "stale"}}
+    stale["spec"] = spec
     await api.create(SLICES, stale)
     fake = nvml.FakeDeviceLib(cluster_uuid=None, driver_missing=True)
     process = PluginProcess(config(base), device_lib=fake)  # probes every 0.05 s
