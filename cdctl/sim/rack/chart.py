@@ -11,6 +11,9 @@ one source of truth for them. Helm is not needed at runtime (helm-python-sdk is 
   on any cluster serving v1), and leaving out `driverManagedOnly` classes when the effective `HostManagedIMEX`
   gate is on. Helm's bookkeeping labels (`helm.sh/chart`, `app.kubernetes.io/*`) are not added.
   tests/chart checks the result against Helm's own rendering for several sets of values.
+- The kubelet plugin's placement (`plugin_placement`): the nodeSelector, tolerations and affinity that
+  `templates/kubelet-plugin.yaml` copies from `kubeletPlugin.*` into the DaemonSet's pod spec, so that the
+  rack starts a plugin only where that DaemonSet would place one (tests/chart compares it with Helm's).
 
 Values are merged over the chart's `values.yaml` and validated against its `values.schema.json`, like Helm.
 
@@ -204,3 +207,14 @@ def cluster_bootstrap_objects(
     return crds(directory) + device_classes(
         values, chart=directory, resource_api_version=resource_api_version
     )
+
+
+def plugin_placement(values: Mapping[str, Any] | None = None, *, chart: Path | None = None) -> dict[str, Any]:
+    """The placement fields of the kubelet plugin's pod spec for `values`, as Helm renders them (empty
+    values are left out, as the template's `with` blocks do)."""
+    plugin = merged_values(values, chart=_resolve(chart)).get("kubeletPlugin") or {}
+    return {
+        key: copy.deepcopy(plugin[key])
+        for key in ("nodeSelector", "tolerations", "affinity")
+        if plugin.get(key)
+    }
