@@ -7,7 +7,7 @@ every node of the fake NVLink topology (each with its own plugin registration an
 `cluster.url`; a node's kubelet plugin is pointed at `registry_dir(node)` / `plugin_dir(node)` and given
 `--fake-nvml <topology.node(node).fake_nvml_spec()>` (or, in process, `NodeDeviceLib`) and the fake driver
 files of `driver_files(node)`; `fake_imex_env()` puts the fake IMEX commands on a PATH. Used by `cdctl sim`
-and the integration tests.
+and the integration tests. CPU-only nodes (`topology.cpu_nodes`) get a kubelet too, without the GPU labels.
 """
 
 from __future__ import annotations
@@ -60,12 +60,13 @@ class SimCluster:
         self.kubelets: dict[str, SimKubelet] = {}
         self._driver_files: dict[str, DriverFiles] = {}
         router = NodeRouter(self.store)
-        for index, node in enumerate(self.topology.nodes.values()):
+        for index, node in enumerate(self.topology.all_nodes().values()):
+            labels = {GPU_PRESENT_LABEL: "true", RACK_LABEL: str(node.rack)} if node.has_gpu else {}
             self.kubelets[node.name] = SimKubelet(
                 self.store,
                 node.name,
                 self.registry_dir(node.name),
-                node_labels={GPU_PRESENT_LABEL: "true", RACK_LABEL: str(node.rack)},
+                node_labels=labels,
                 node_ip=f"192.168.{index // 250}.{index % 250 + 1}",
                 pod_ip_prefix=f"10.{index // 250}.{index % 250}.",
                 runtime=self.runtime,
@@ -105,7 +106,7 @@ class SimCluster:
 
     async def start(self) -> None:
         fakeimex.install_executables(self.work_dir / "bin")
-        for node in self.topology.nodes:
+        for node in self.topology.all_nodes():
             self.registry_dir(node).mkdir(parents=True, exist_ok=True)
             self._driver_files[node] = write_driver_files(self.node_dir(node) / "driver")
         await self.apiserver.start()
