@@ -53,7 +53,7 @@ def test_allocated_resources_status_has_the_kubelets_shape() -> None:
     )
     assert got == [
         {"name": "claim:channel",
-         "resources": [{"resourceID": "k8s.compute-domain.nvidia.com/claim=uid-1-ch", "health": "channel-0?"}]},
+         "resources": [{"resourceID": cdi_id, "health": "channel-0?"}]},
         {"name": "claim:both/r",
          "resources": [{"resourceID": "compute-domain.nvidia.com/n1/daemon-0", "health": "daemon-0?"}]},
     ]  # fmt: skip
