@@ -42,10 +42,9 @@ def test_allocated_resources_status_has_the_kubelets_shape() -> None:
         "name": "c",
         "resources": {"claims": [{"name": "channel"}, {"name": "both", "request": "r"}]},
     }
+    cdi_id = "k8s.compute-domain.nvidia.com/claim=uid-1-ch"
     devices = {
-        "uid-1": [
-            PreparedDevice(DRIVER, "n1", "channel-0", ("k8s.compute-domain.nvidia.com/claim=uid-1-ch",))
-        ],
+        "uid-1": [PreparedDevice(DRIVER, "n1", "channel-0", (cdi_id,))],
         "uid-2": [PreparedDevice(DRIVER, "n1", "daemon-0", ())],
     }
     got = allocated_resources_status(
