@@ -144,7 +144,8 @@ async def serve_cluster_until_stopped(
         if kubeconfig_out is not None:
             cluster.write_kubeconfig(kubeconfig_out)
         print(
-            f"simulated cluster listening on {cluster.url}: {len(topology.nodes)} nodes, "
+            f"simulated cluster listening on {cluster.url}: {len(topology.nodes)} GPU nodes and "
+            f"{len(topology.cpu_nodes)} CPU-only node{'' if len(topology.cpu_nodes) == 1 else 's'}, "
             f"plugin registration directories under {work_dir}",
             file=sys.stderr,
             flush=True,
