@@ -45,7 +45,7 @@ async def _serve(cfg: PluginConfig) -> None:
 
 
 def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
+    if value is not None and not value.startswith("@"):
         try:
             fake_from_spec(value)
         except CdctlError as exc:
@@ -143,7 +143,8 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     envvar="FAKE_NVML",
     default=None,
     callback=_fake_nvml,
-    help="Use a fake device library: none, or <clusterUUID>.<cliqueId>[:FABRIC_STATE].",
+    help="Use a fake device library: none, no-driver, or <clusterUUID>.<cliqueId>[:FABRIC_STATE]; "
+    "@FILE re-reads such a spec from FILE on every probe.",
 )
 @click.option(
     "--proc-devices",
@@ -170,10 +171,10 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option(
     "--fabric-reprobe-interval",
     envvar="FABRIC_REPROBE_INTERVAL",
-    default=30.0,
+    default=15.0,
     show_default=True,
     type=float,
-    help="Seconds between NVLink fabric probes while it is not COMPLETED.",
+    help="Seconds between NVML probes: device health, and waiting for a fabric that is not COMPLETED.",
 )
 @click.option(
     "--log-format",

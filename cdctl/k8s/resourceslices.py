@@ -97,6 +97,15 @@ class SlicePublisher:
         except NotFoundError:
             pass
 
+    async def withdraw(self) -> int:
+        """Delete every ResourceSlice of this driver on this node (a node with nothing to offer publishes
+        no slice rather than an empty one); returns how many were deleted."""
+        existing = await self.list_own()
+        for obj in existing:
+            log.info("withdrawing ResourceSlice", name=obj["metadata"].get("name"))
+            await self._delete(obj)
+        return len(existing)
+
     async def sync(self, devices: list[PublishedDevice]) -> str:
         """Make the cluster match; returns "created", "updated" or "unchanged". API errors propagate."""
         existing = await self.list_own()

@@ -5,9 +5,17 @@ discovery (a fabric that is not COMPLETED under CrashOnNVLinkFabricErrors does n
 without `channel-0`, says why in the log and in an Event on the Node, and re-probes), the driver-version
 rule of IMEXDaemonsWithDNSNames, the event log (rebuild, boot id), the base CDI spec, the cluster adapter,
 the gRPC servers (DRA first, then registration, then health), then the loops: ResourceSlice publishing
-(after each registration, when the slice changes or vanishes, and periodically), fabric re-probe, the
-stale-claim and domain-directory sweeps, and the projection runner that keeps this log's read models
-(claim_lifecycle, channel_allocations, checkpoint_transitions) current. Stops cleanly when `stop` is set.
+(after each registration, when the slice changes or vanishes, and periodically), the fabric loop (an NVML
+probe every `fabric_reprobe_s` and whenever `recheck` is set: it waits for a fabric that is not COMPLETED yet
+and publishes device health, cdctl.plugin.nodecheck), the stale-claim and domain-directory sweeps, and the
+projection runner that keeps this log's read models (claim_lifecycle, channel_allocations,
+checkpoint_transitions) current. Stops cleanly when `stop` is set.
+
+A node without a usable GPU driver (NVML cannot be loaded) does not crash-loop: the plugin says why once (a
+log line and a Node Event), publishes no ResourceSlice (it deletes any of this driver's slices on the node),
+and keeps serving registration and an empty device-health list. The fabric loop keeps probing; once NVML
+loads, the plugin records that and returns from `run` (`restart_requested`) so that its container restarts
+and starts up with the driver, instead of re-doing start-up steps in place.
 """
 
 from __future__ import annotations
@@ -34,7 +42,10 @@ from cdctl.plugin import cdi, nvml
 from cdctl.plugin.checkpoint import BOOT_ID_PATH, ClaimBook, read_boot_id
 from cdctl.plugin.devices import DRIVER_NAME
 from cdctl.plugin.driver import Driver
+from cdctl.plugin.health import HealthBoard
 from cdctl.plugin.metrics import MetricsEndpoint, PluginMetrics
+from cdctl.plugin.nodecheck import NodeCheck
+from cdctl.plugin.nodecheck import probe as probe_lib
 from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths
 from cdctl.projections.lifecycle import lifecycle_projections
@@ -76,7 +87,7 @@ class PluginConfig:
     # every plugin) and needs list/watch on resourceclaims, which the chart does not grant; off, Prepare GETs
     # the claim as the Go plugin does. See cdctl.k8s.plugincluster and cdctl.plugin.driver.
     watch_claims: bool = False
-    fabric_reprobe_s: float = 30.0
+    fabric_reprobe_s: float = 15.0  # NVML probe period: device health, and waiting for the fabric
     resync_s: float = 60.0
     sweep_s: float = 600.0
     projection_batch_s: float = 0.2
@@ -111,6 +122,8 @@ def make_private_dirs(plugin_dir: Path) -> None:
 
 def device_lib(cfg: PluginConfig) -> nvml.DeviceLib:
     if cfg.fake_nvml is not None:
+        if cfg.fake_nvml.startswith("@"):
+            return nvml.FileDeviceLib(cfg.fake_nvml[1:])
         return nvml.fake_from_spec(cfg.fake_nvml)
     return nvml.PynvmlDeviceLib(str(cfg.container_driver_root))
 
@@ -169,6 +182,11 @@ class PluginProcess:
         self._device_lib = device_lib
         self.fabric = FabricStatus()
         self.republish = asyncio.Event()
+        self.recheck = asyncio.Event()  # set: probe NVML and re-check device health now
+        self.board = HealthBoard(resend_s=cfg.fabric_reprobe_s, timeout_s=int(4 * cfg.fabric_reprobe_s) + 1)
+        self.check: NodeCheck | None = None
+        self.driver_missing: str | None = None
+        self.restart_requested = asyncio.Event()
         self.host_managed = cfg.gates.enabled(fg.HOST_MANAGED_IMEX)
         self.store: SqliteEventStore | None = None
         self.api: KubeApi | None = None
@@ -183,7 +201,12 @@ class PluginProcess:
     async def run(self, stop: asyncio.Event) -> None:
         try:
             await self._start()
-            await stop.wait()
+            waits = [asyncio.ensure_future(e.wait()) for e in (stop, self.restart_requested)]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
         finally:
             await self._stop()
 
@@ -198,15 +221,25 @@ class PluginProcess:
         cfg.cdi_root.mkdir(mode=0o755, parents=True, exist_ok=True)  # the container runtime reads the specs
         lib = self._device_lib or device_lib(cfg)
         strict = cfg.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
-        found = await asyncio.to_thread(probe_fabric, lib, strict)
+        try:
+            found = await asyncio.to_thread(probe_fabric, lib, strict)
+        except nvml.NvmlUnavailable as exc:
+            self.driver_missing = str(exc)
+            found = nvml.CliqueDiscovery("")
+            log.warning(
+                "no usable GPU driver on this node: serving registration and health, publishing no devices",
+                reason=self.driver_missing,
+            )
         self.fabric.clique_id, self.fabric.pending = found.clique_id, found.pending
-        if found.pending:
+        if self.driver_missing:
+            pass
+        elif found.pending:
             log.warning(
                 "NVLink fabric not ready: serving without channel-0 until it completes", reason=found.pending
             )
         else:
             log.info("identified fabric clique", clique_id=found.clique_id or "(none)")
-        if cfg.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES):
+        if cfg.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES) and not self.driver_missing:
             version = await asyncio.to_thread(lib.driver_version)
             if not nvml.driver_version_at_least(version):
                 raise PermanentError(
@@ -261,6 +294,17 @@ class PluginProcess:
             )
         if found.pending:
             await self.cluster.node_event(cfg.node_name, "NVLinkFabricNotReady", found.pending)
+        if self.driver_missing:
+            await self.cluster.node_event(
+                cfg.node_name, "GPUDriverNotFound",
+                f"{self.driver_missing}: no GPU driver on this node; compute-domain.nvidia.com publishes no "
+                "devices here (the plugin restarts itself once the driver loads)",
+            )  # fmt: skip
+        self.check = NodeCheck(
+            node=cfg.node_name, host_managed=self.host_managed, proc_devices=cfg.proc_devices,
+            fabric=self.fabric, board=self.board, book=book, cluster=self.cluster,
+        )  # fmt: skip
+        self.check.driver_missing = self.driver_missing
         publisher = SlicePublisher(
             self.api, node=cfg.node_name, node_uid=node_uid, driver=DRIVER_NAME, version=version
         )
@@ -271,7 +315,7 @@ class PluginProcess:
         self.servers = PluginServers(
             ServerPaths(cfg.registrar_dir, cfg.plugin_dir),
             Driver(self.state, self.cluster, metrics=self.metrics),
-            self.republish.set, cfg.healthcheck_port,
+            self.republish.set, cfg.healthcheck_port, self.board,
         )  # fmt: skip
         await self.servers.start()
         self.republish.set()
@@ -281,8 +325,7 @@ class PluginProcess:
             asyncio.create_task(self._sweep_loop(), name="claim-sweep"),
             asyncio.create_task(self._project_loop(), name="projections"),
         ]
-        if found.pending:
-            self._tasks.append(asyncio.create_task(self._reprobe_loop(lib, strict), name="fabric-reprobe"))
+        self._tasks.append(asyncio.create_task(self._fabric_loop(lib, strict), name="fabric-loop"))
 
     async def _publish_loop(self, publisher: SlicePublisher) -> None:
         while True:
@@ -291,7 +334,10 @@ class PluginProcess:
                     await self.republish.wait()
             self.republish.clear()
             try:
-                await publisher.sync(published_devices(self.fabric, self.host_managed))
+                if self.driver_missing:
+                    await publisher.withdraw()
+                else:
+                    await publisher.sync(published_devices(self.fabric, self.host_managed))
             except KubeApiError as exc:
                 log.warning("publishing the ResourceSlice failed; retrying", error=str(exc))
                 await asyncio.sleep(1.0)
@@ -306,26 +352,49 @@ class PluginProcess:
         async for _ in informer.observe():
             self.republish.set()  # a change or deletion by anyone: compare and repair
 
-    async def _reprobe_loop(self, lib: nvml.DeviceLib, strict: bool) -> None:
+    async def _fabric_loop(self, lib: nvml.DeviceLib, strict: bool) -> None:
+        """Probe NVML every `fabric_reprobe_s` (or when `recheck` is set) and publish device health."""
+        assert self.check is not None
+        while True:
+            found = await asyncio.to_thread(probe_lib, lib)
+            if self.driver_missing is not None:
+                if not found.unavailable:
+                    await self._driver_appeared()
+                    return
+            elif found.error is None and self.fabric.pending is not None:
+                await self._fabric_progress(found.gpus, strict)
+            elif found.error is not None:
+                log.error("fabric probe failed", error=found.error)
+            await self.check.publish(found)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.cfg.fabric_reprobe_s):
+                    await self.recheck.wait()
+            self.recheck.clear()
+
+    async def _driver_appeared(self) -> None:
         assert self.cluster is not None
-        while self.fabric.pending is not None:
-            await asyncio.sleep(self.cfg.fabric_reprobe_s)
-            try:
-                found = await asyncio.to_thread(probe_fabric, lib, strict)
-            except CdctlError as exc:
-                log.error("fabric re-probe failed", error=str(exc))
-                continue
-            if found.pending is None:
-                self.fabric.clique_id, self.fabric.pending = found.clique_id, None
-                message = (
-                    f"NVLink fabric completed; clique {found.clique_id or '(none)'}; publishing channel-0"
-                )
-                log.info(message)
-                await self.cluster.node_event(self.cfg.node_name, "NVLinkFabricReady", message, warning=False)
-                self.republish.set()
-            elif found.pending != self.fabric.pending:
-                self.fabric.pending = found.pending
-                log.warning("NVLink fabric still not ready", reason=found.pending)
+        message = "GPU driver now loadable; restarting the plugin to serve this node's devices"
+        log.warning(message)
+        await self.cluster.node_event(self.cfg.node_name, "GPUDriverFound", message, warning=False)
+        self.restart_requested.set()
+
+    async def _fabric_progress(self, gpus: tuple[nvml.GpuFabric, ...], strict: bool) -> None:
+        """A fabric that was not COMPLETED at start-up: publish channel-0 once it is."""
+        assert self.cluster is not None
+        try:
+            found = nvml.discover_clique(gpus, strict=strict)
+        except CdctlError as exc:
+            log.error("fabric re-probe failed", error=str(exc))
+            return
+        if found.pending is None:
+            self.fabric.clique_id, self.fabric.pending = found.clique_id, None
+            message = f"NVLink fabric completed; clique {found.clique_id or '(none)'}; publishing channel-0"
+            log.info(message)
+            await self.cluster.node_event(self.cfg.node_name, "NVLinkFabricReady", message, warning=False)
+            self.republish.set()
+        elif found.pending != self.fabric.pending:
+            self.fabric.pending = found.pending
+            log.warning("NVLink fabric still not ready", reason=found.pending)
 
     async def _project_loop(self) -> None:
         """Keep claim_lifecycle and the other read models of this log current, a batch at a time (the

@@ -4,8 +4,11 @@ Called by the kubelet plugin at start-up and by its fabric re-probe loop. `Devic
 fabric info of every GPU; `discover_clique()` applies NVIDIA's rules to it and returns the node's clique ID
 (`"<clusterUUID>.<cliqueId>"`, or "" for no clique) or, in strict mode (`CrashOnNVLinkFabricErrors`), says
 that the fabric is not COMPLETED yet. Where the Go driver exits and crash-loops in that case, the caller keeps
-serving without `channel-0` and probes again. `FakeDeviceLib` stands in for tests and the simulator
-(`--fake-nvml CLIQUE_ID[:STATE]` or `--fake-nvml none`).
+serving without `channel-0` and probes again. `NvmlUnavailable` says the node has no usable GPU driver (the
+library is missing or the kernel driver is not loaded): the plugin then serves no device. `FakeDeviceLib`
+stands in for tests and the simulator (`--fake-nvml CLIQUE_ID[:STATE]`, `none` for no fabric, `no-driver`
+for no GPU driver); `--fake-nvml @FILE` (`FileDeviceLib`) reads such a spec from FILE on every probe, so the
+simulator changes a node's fabric at run time by rewriting the file.
 """
 
 from __future__ import annotations
@@ -36,6 +39,14 @@ LIBRARY_DIRS = ("/", "/usr/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch6
 
 class NvmlError(PermanentError):
     """NVML could not be loaded or answered an unexpected error."""
+
+
+class NvmlUnavailable(NvmlError):
+    """No usable GPU driver on this node: libnvidia-ml cannot be loaded or the kernel driver is not loaded."""
+
+
+NO_DRIVER_SPEC = "no-driver"
+NO_DRIVER_MESSAGE = "NVML Shared Library Not Found"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +160,14 @@ class PynvmlDeviceLib:
     def _session(self) -> Any:
         import pynvml
 
-        self._preload()
+        try:
+            self._preload()
+        except OSError as exc:
+            raise NvmlUnavailable(f"NVML init: loading libnvidia-ml.so.1: {exc}") from exc
         try:
             pynvml.nvmlInitWithFlags(pynvml.NVML_INIT_FLAG_NO_GPUS)
+        except (pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded) as exc:
+            raise NvmlUnavailable(f"NVML init: {exc}") from exc
         except pynvml.NVMLError as exc:
             raise NvmlError(f"NVML init: {exc}") from exc
         return pynvml
@@ -205,7 +221,8 @@ class PynvmlDeviceLib:
 
 @dataclass
 class FakeDeviceLib:
-    """A fake node: `gpus` GPUs sharing one fabric info, or no fabric at all (`cluster_uuid` None)."""
+    """A fake node: `gpus` GPUs sharing one fabric info, no fabric at all (`cluster_uuid` None), or no GPU
+    driver (`driver_missing`)."""
 
     cluster_uuid: str | None
     clique_id: int = 0
@@ -213,24 +230,55 @@ class FakeDeviceLib:
     status: int = NVML_SUCCESS
     gpus: int = 4
     version: str = "580.65.06"
+    driver_missing: bool = False
     probes: int = field(default=0, init=False)
+
+    def _init(self) -> None:
+        if self.driver_missing:
+            raise NvmlUnavailable(f"NVML init: {NO_DRIVER_MESSAGE}")
 
     def probe(self) -> list[GpuFabric]:
         self.probes += 1
+        self._init()
         info = None
         if self.cluster_uuid is not None:
             info = FabricInfo(self.cluster_uuid, self.clique_id, self.state, self.status)
         return [GpuFabric(i, f"GPU-fake-{i:04d}", info) for i in range(self.gpus)]
 
     def driver_version(self) -> str:
+        self._init()
         return self.version
 
 
+class FileDeviceLib:
+    """A fake whose spec (as `fake_from_spec` reads it) is re-read from a file on every call."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.probes = 0
+
+    def _current(self) -> FakeDeviceLib:
+        try:
+            text = self.path.read_text()
+        except OSError as exc:
+            raise NvmlError(f"fake NVML spec {self.path}: {exc}") from exc
+        return fake_from_spec(text)
+
+    def probe(self) -> list[GpuFabric]:
+        self.probes += 1
+        return self._current().probe()
+
+    def driver_version(self) -> str:
+        return self._current().driver_version()
+
+
 def fake_from_spec(spec: str) -> FakeDeviceLib:
-    """`none`, `CLIQUE_ID` or `CLIQUE_ID:STATE` (STATE a name such as IN_PROGRESS, or 0..3)."""
+    """`none`, `no-driver`, `CLIQUE_ID` or `CLIQUE_ID:STATE` (STATE a name such as IN_PROGRESS, or 0..3)."""
     text = spec.strip()
     if text.lower() == "none":
         return FakeDeviceLib(cluster_uuid=None)
+    if text.lower() == NO_DRIVER_SPEC:
+        return FakeDeviceLib(cluster_uuid=None, driver_missing=True)
     clique, _, state_text = text.partition(":")
     cluster, dot, number = clique.rpartition(".")
     try:

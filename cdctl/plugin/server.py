@@ -1,11 +1,12 @@
-"""The kubelet-facing gRPC servers: plugin registration and DRA (v1 and v1beta1, one handler) on unix
-sockets, and gRPC health on a TCP port.
+"""The kubelet-facing gRPC servers: plugin registration and DRA (v1 and v1beta1, one handler, plus the
+DRAResourceHealth stream of cdctl.plugin.healthservice) on unix sockets, and gRPC health on a TCP port.
 
 Called by the plugin process (cdctl.plugin.app) and by the tests. The DRA server starts first, then the
 registration socket, so the endpoint answers before the kubelet learns of it; closing goes the other way and
 removes the socket files (which is how the kubelet notices deregistration). Sockets are created owner-only
 (0600) and a stale socket file from an earlier run is replaced. Health (`""` and `liveness`) reports SERVING
 only when GetInfo on the registration socket and an empty NodePrepareResources on the DRA socket both answer.
+A method neither unix socket serves gets a well-formed UNIMPLEMENTED (see cdctl.plugin.healthservice).
 """
 
 from __future__ import annotations
@@ -35,11 +36,20 @@ from cdctl._proto.pluginregistration import (
 from cdctl.domain.errors import CdctlError, RetriableError
 from cdctl.plugin.devices import DRIVER_NAME, ClaimRef
 from cdctl.plugin.driver import Driver
+from cdctl.plugin.health import HealthBoard
+from cdctl.plugin.healthservice import (
+    HEALTH_SERVICES,
+    HealthV1,
+    HealthV1alpha1,
+    with_unimplemented_fallback,
+)
 
 log = structlog.get_logger("cdctl.plugin.server")
 
 PLUGIN_TYPE = "DRAPlugin"
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+# The DRA services first: 1.34-1.36 kubelets take the first entry they speak. Later kubelets pick the
+# health service from this list (v1 over v1alpha1); 1.34-1.36 open v1alpha1 whether it is listed or not.
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", *HEALTH_SERVICES)
 HEALTH_SERVICES = ("", "liveness")
 
 
@@ -214,12 +224,19 @@ class PluginServers:
     """Owns the three servers and their sockets."""
 
     def __init__(
-        self, paths: ServerPaths, driver: Driver, on_registered: Callable[[], None], health_port: int = -1
+        self,
+        paths: ServerPaths,
+        driver: Driver,
+        on_registered: Callable[[], None],
+        health_port: int = -1,
+        board: HealthBoard | None = None,
     ) -> None:
         self.paths = paths
         self.registration = Registration(str(paths.dra), on_registered)
-        self._dra = Server([DraV1(driver), DraV1beta1(driver)])
-        self._reg = Server([self.registration])
+        self.board = board or HealthBoard()
+        dra: list[Any] = [DraV1(driver), DraV1beta1(driver), HealthV1alpha1(self.board), HealthV1(self.board)]
+        self._dra = with_unimplemented_fallback(Server(dra))
+        self._reg = with_unimplemented_fallback(Server([self.registration]))
         self._health_port = health_port
         self._health: Server | None = None
         self.bound_health_port: int | None = None

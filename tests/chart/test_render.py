@@ -181,6 +181,33 @@ def test_kubelet_plugin_daemonset(rendered: dict[str, list[dict[str, Any]]]) -> 
     assert pod["serviceAccountName"] == "cdctl-kubelet-plugin"
 
 
+GPU_TERMS = [
+    {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In",
+                           "values": ["true"]}]},
+    {"matchExpressions": [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In",
+                           "values": ["NVIDIA"]}]},
+    {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
+]  # fmt: skip
+
+
+def test_the_plugin_goes_only_to_gpu_nodes_by_default(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for scenario, objects in rendered.items():
+        pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+        required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert required["nodeSelectorTerms"] == GPU_TERMS, scenario
+
+
+def test_the_plugin_placement_can_be_replaced_or_dropped(helm_chart: hc.Chart) -> None:
+    pod = one(render_objects(helm_chart, {"kubeletPlugin": {"affinity": None}}), "DaemonSet")
+    assert "affinity" not in pod["spec"]["template"]["spec"]
+    mine = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gb200"]}]}]}}}  # fmt: skip
+    pod = one(render_objects(helm_chart, {"kubeletPlugin": {"affinity": mine}}), "DaemonSet")
+    assert pod["spec"]["template"]["spec"]["affinity"] == mine
+    pod = one(render_objects(helm_chart, {"kubeletPlugin": {"nodeSelector": {"gpu": "yes"}}}), "DaemonSet")
+    assert pod["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "yes"}
+
+
 def test_plugin_can_run_unprivileged_when_asked(helm_chart: hc.Chart) -> None:
     objects = render_objects(helm_chart, {"kubeletPlugin": {"privileged": False}})
     container = one(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]

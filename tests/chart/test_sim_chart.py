@@ -110,3 +110,18 @@ def test_a_missing_chart_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "crds").mkdir()
     with pytest.raises(sim_chart.ChartError, match="no CustomResourceDefinitions"):
         sim_chart.crds(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"kubeletPlugin": {"affinity": None}},
+        {"kubeletPlugin": {"affinity": None, "nodeSelector": {"gpu": "yes"}, "tolerations": []}},
+    ],
+)
+def test_plugin_placement_matches_helm(helm_chart: hc.Chart, values: dict[str, Any]) -> None:
+    (daemonset,) = find(render_objects(helm_chart, values), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    helm = {k: pod[k] for k in ("nodeSelector", "tolerations", "affinity") if k in pod}
+    assert sim_chart.plugin_placement(values) == helm

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import types
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -116,3 +117,26 @@ def test_pynvml_struct_reads_state_low_byte_and_uuid() -> None:
     info = nvml.PynvmlDeviceLib._fabric(_fake_pynvml(0xABCD0003), handle=None)
     assert info == FabricInfo(U1, 4026, nvml.STATE_COMPLETED, 0)
     assert nvml.PynvmlDeviceLib._fabric(_fake_pynvml(3, not_supported=True), handle=None) is None
+
+
+def test_no_driver_spec_fails_as_unavailable() -> None:
+    lib = nvml.fake_from_spec("no-driver")
+    with pytest.raises(nvml.NvmlUnavailable, match="NVML Shared Library Not Found"):
+        lib.probe()
+    with pytest.raises(nvml.NvmlUnavailable):
+        lib.driver_version()
+
+
+def test_file_device_lib_rereads_its_spec_on_every_probe(tmp_path: Path) -> None:
+    spec = tmp_path / "nvml"
+    spec.write_text("6a130f54-faaa-4b8f-847f-be44ab70f917.7:COMPLETED\n")
+    lib = nvml.FileDeviceLib(spec)
+    assert nvml.discover_clique(lib.probe(), strict=True).clique_id.endswith(".7")
+    spec.write_text("6a130f54-faaa-4b8f-847f-be44ab70f917.7:IN_PROGRESS\n")
+    assert nvml.discover_clique(lib.probe(), strict=True).pending is not None
+    spec.write_text("no-driver")
+    with pytest.raises(nvml.NvmlUnavailable):
+        lib.probe()
+    spec.unlink()
+    with pytest.raises(nvml.NvmlError, match="fake NVML spec"):
+        lib.probe()

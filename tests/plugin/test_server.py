@@ -72,7 +72,9 @@ async def test_registration_info_and_status(running: Running) -> None:
         assert info.type == "DRAPlugin"
         assert info.name == "compute-domain.nvidia.com"
         assert info.endpoint == str(running.paths.dra)
-        assert info.supported_versions == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        assert info.supported_versions == [
+            "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"
+        ]  # fmt: skip
         await stub.notify_registration_status(RegistrationStatus(plugin_registered=True))
         assert running.registered == [True]
         with pytest.raises(GRPCError):
@@ -131,7 +133,7 @@ async def test_grpcio_client_against_the_unix_sockets(node: Node, running: Runni
     )
     from cdctl._proto.pluginregistration import PluginInfo
 
-    assert PluginInfo.parse(raw_info).supported_versions == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert PluginInfo.parse(raw_info).supported_versions[:2] == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
     for version, mod in (("v1", v1), ("v1beta1", v1beta1)):
         req = mod.NodePrepareResourcesRequest(claims=[mod.Claim(namespace="default", uid="c1", name="rc")])
         path = f"/k8s.io.kubelet.pkg.apis.dra.{version}.DRAPlugin/NodePrepareResources"

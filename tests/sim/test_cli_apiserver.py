@@ -69,12 +69,13 @@ async def test_cluster_command_registers_a_node_per_simulated_node(tmp_path: Pat
         assert process.stderr is not None
         async with asyncio.timeout(30):
             banner = await process.stderr.readline()
-        assert b"3 nodes" in banner
+        assert b"3 GPU nodes and 1 CPU-only node" in banner
         api = await config.new_client_from_config(config_file=str(kubeconfig))
         async with api:
             nodes = await client.CoreV1Api(api).list_node()
-        assert len(nodes.items) == 3
-        assert all(n.metadata.labels["nvidia.com/gpu.present"] == "true" for n in nodes.items)
+        gpu = [n for n in nodes.items if (n.metadata.labels or {}).get("nvidia.com/gpu.present") == "true"]
+        assert len(gpu) == 3
+        assert [n.metadata.name for n in nodes.items if n not in gpu] == ["cpu-r00-n00"]
     finally:
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(30):

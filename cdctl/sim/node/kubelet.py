@@ -8,9 +8,12 @@ pod's claims; every claim UID must come back without error; failed calls are ret
 the CDI device IDs, hands the pod to a `PodRuntime` and marks it Running (Ready as the runtime says). When
 the pod goes away it stops it and calls NodeUnprepareResources for the claims it tried to prepare that no
 other pod on the node still uses. A driver without a registered plugin for `slice_wipe_delay_s` loses its
-slices on the node. Like the kubelet's pod workers, the running kubelet starts each pod in its own task, so
-a prepare call that waits (a channel claim waiting for its node's IMEX daemon, up to the 45 s budget) does not
-hold back other pods on the node (that daemon's own pod) nor their readiness. Run by the rack; tests drive
+slices on the node. As a 1.36 kubelet, the running kubelet follows each registered plugin's resource-health
+stream (cdctl.sim.node.healthwatch: re-opened every 5 s, every error kept in `health.errors`) and writes
+each running pod's `allocatedResourcesStatus` from it. Like the kubelet's pod workers, the running kubelet
+starts each pod in its own task, so a prepare call that waits (a channel claim waiting for its node's IMEX
+daemon, up to the 45 s budget) does not hold back other pods on the node (that daemon's own pod) nor their
+readiness. Run by the rack; tests drive
 `sync()`, which starts pods one after another and returns when they are done.
 `restart(while_down)` stops the kubelet, runs `while_down` (a test deletes a CDI spec there) and starts it
 again, keeping what the real kubelet keeps in its checkpoint (the pods it runs and their claims; their
@@ -43,6 +46,7 @@ from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.apiserver.watch import StoredEvent, Watcher, WatchEvent
 from cdctl.sim.node.cdiresolver import UnresolvableDevice, resolve
+from cdctl.sim.node.healthwatch import HealthWatch, PreparedDevice, allocated_resources_status
 from cdctl.sim.node.pluginwatcher import PluginWatcher, RegisteredPlugin
 from cdctl.sim.node.podstatus import running_status, with_addresses
 
@@ -174,6 +178,9 @@ class SimKubelet:
         self._starting: dict[str, asyncio.Task[None]] = {}  # pod uid -> its start, in the running kubelet
         self._wake: Watcher | None = None
         self._reprepare: set[str] = set()  # running pods to prepare again (the kubelet restarted)
+        self.health = HealthWatch(self.node_name, on_change=self._health_changed)
+        self.claim_devices: dict[str, list[PreparedDevice]] = {}  # claim uid -> what its prepare returned
+        self.pod_claims: dict[str, dict[str, str]] = {}  # pod uid -> pod claim name -> claim uid
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def register_node(self) -> None:
@@ -216,6 +223,7 @@ class SimKubelet:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.health.stop()
         for uid in list(self._starting):
             await self._cancel_start(uid)
 
@@ -239,6 +247,7 @@ class SimKubelet:
             while True:
                 try:
                     await self.sync(wait=False)
+                    await self._follow_health()
                 except ApiError as error:
                     log.warning("simulated kubelet %s: %s", self.node_name, error)
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow stop()'s cancellation
@@ -254,6 +263,22 @@ class SimKubelet:
                 self.router.detach(self.node_name)
             else:
                 self.store.hub.release(watcher)
+
+    async def _follow_health(self) -> None:
+        """Watch the health of every registered plugin; forget the ones that deregistered."""
+        for driver, plugin in self.plugins.plugins.items():
+            self.health.follow(driver, plugin.endpoint)
+        for driver in self.health.followed() - set(self.plugins.plugins):
+            await self.health.forget(driver)
+
+    def _health_changed(self, driver: str) -> None:
+        """A plugin's device health changed: rewrite the status of running pods whose claims use it."""
+        for running in self.running.values():
+            uses = {d.driver for c in self.pod_claims.get(running.pod["metadata"]["uid"], {}).values()
+                    for d in self.claim_devices.get(c, [])}  # fmt: skip
+            if driver in uses:
+                with contextlib.suppress(ApiError):
+                    self._write_status(running.pod, running.ready)
 
     def poke(self) -> None:
         """Run a pass soon (the runtime's probes changed a pod's readiness), as a watch event would."""
@@ -428,7 +453,11 @@ class SimKubelet:
             raise NotPreparableYet("waiting for the pod's ResourceClaims to be created")
         namespace = pod["metadata"]["namespace"]
         by_driver: dict[str, list[ClaimRef]] = {}
-        for name in names:
+        pod_claim_names = [
+            str(c.get("name", "")) for c in (pod.get("spec") or {}).get("resourceClaims") or []
+        ]
+        by_pod_name: dict[str, str] = {}
+        for pod_claim_name, name in zip(pod_claim_names, names, strict=False):
             try:
                 claim = self.store.get(self.store.type_of(*CLAIMS), namespace, name)
             except NotFound as error:
@@ -438,8 +467,10 @@ class SimKubelet:
                 raise NotPreparableYet(f"ResourceClaim {namespace}/{name} is not reserved for the pod yet")
             results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
             ref = ClaimRef(namespace, claim["metadata"]["uid"], name)
+            by_pod_name[pod_claim_name] = ref.uid
             for driver in sorted({r["driver"] for r in results}):
                 by_driver.setdefault(driver, []).append(ref)
+        self.pod_claims[pod["metadata"]["uid"]] = by_pod_name
         return by_driver
 
     def _plugin(self, driver: str) -> RegisteredPlugin:
@@ -482,6 +513,11 @@ class SimKubelet:
 
     async def _prepare(self, driver: str, refs: list[ClaimRef]) -> list[str]:
         answered = await self._call(driver, refs, prepare=True)
+        for ref in refs:
+            self.claim_devices[ref.uid] = [
+                PreparedDevice(driver, d.pool_name, d.device_name, tuple(d.cdi_device_ids))
+                for d in answered[ref.uid].devices
+            ]
         return [cdi for ref in refs for device in answered[ref.uid].devices for cdi in device.cdi_device_ids]
 
     async def _teardown(self, uid: str, live: dict[str, dict[str, Any]]) -> None:
@@ -504,8 +540,12 @@ class SimKubelet:
             self.last_errors[uid] = str(reason)
             return
         self.running.pop(uid, None)
-        self.claim_refs.pop(uid, None)
         self._reprepare.discard(uid)
+        for refs in self.claim_refs.pop(uid, {}).values():
+            for ref in refs:
+                if ref.uid not in still_used:
+                    self.claim_devices.pop(ref.uid, None)
+        self.pod_claims.pop(uid, None)
         self._forget_failures(uid)
 
     # ---- pod status ----------------------------------------------------------------------------------------
@@ -524,4 +564,18 @@ class SimKubelet:
         except NotFound:
             return
         status = running_status(latest, ready, now_rfc3339())
+        self._add_resource_health(latest, status)
+        if status == latest.get("status"):
+            return
         self.store.update(pods, namespace, name, {**latest, "status": status}, subresource="status")
+
+    def _add_resource_health(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        """Each container's allocatedResourcesStatus, from the health streams (left out when empty)."""
+        claims = self.pod_claims.get(pod["metadata"]["uid"], {})
+        containers = {c["name"]: c for c in (pod.get("spec") or {}).get("containers") or []}
+        for entry in status.get("containerStatuses") or []:
+            found = allocated_resources_status(
+                containers.get(entry["name"], {}), claims, self.claim_devices, self.health.health
+            )
+            if found:
+                entry["allocatedResourcesStatus"] = found

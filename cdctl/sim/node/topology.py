@@ -5,6 +5,10 @@ kubelet-plugin flag `--fake-nvml CLIQUE_ID[:STATE]` (`fake_nvml_spec`), and for 
 (`NodeDeviceLib`) that implements the plugin's `DeviceLib` interface (cdctl.plugin.nvml) and reads the live
 fabric state, so tests can flip a node to IN_PROGRESS or NOT_SUPPORTED and watch the plugin react.
 Clique IDs are `<clusterUUID>.<cliqueId>` as NVIDIA's plugin prints them; everything is deterministic.
+Every rack also has CPU-only nodes (`Topology.cpu_nodes`, default one per rack): no GPU, no GPU labels, and a
+fake NVML that cannot load (`no-driver`), as on a real cluster's system or CPU workers. `write_nvml_spec`
+writes a node's `--fake-nvml @FILE` spec; rewriting it (`set_fabric_state`) changes the fabric a running
+plugin process sees at its next probe.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from enum import IntEnum
+from pathlib import Path
 
-from cdctl.plugin.nvml import FabricInfo, GpuFabric
+from cdctl.plugin.nvml import NO_DRIVER_MESSAGE, NO_DRIVER_SPEC, FabricInfo, GpuFabric, NvmlUnavailable
 
 NODES_PER_RACK = 18
 GPUS_PER_NODE = 4
@@ -40,21 +45,37 @@ class FakeNode:
     gpu_uuids: tuple[str, ...]
     fabric_state: FabricState = FabricState.COMPLETED
     fabric_status: int = 0  # NVML_SUCCESS
+    has_gpu: bool = True
+    spec_file: Path | None = None  # where `write_nvml_spec` put this node's `--fake-nvml @FILE` spec
 
     @property
     def clique_id(self) -> str:
         """The clique the plugin reports: "" when the fabric is not supported or not up."""
-        if self.fabric_state != FabricState.COMPLETED or self.fabric_status != 0:
+        if not self.has_gpu or self.fabric_state != FabricState.COMPLETED or self.fabric_status != 0:
             return ""
         return f"{self.cluster_uuid}.{self.clique_number}"
 
     def fake_nvml_spec(self) -> str:
-        """The plugin's `--fake-nvml` value for this node (`none` when the fabric is not supported)."""
+        """The plugin's `--fake-nvml` value for this node (`none` when the fabric is not supported,
+        `no-driver` on a CPU-only node)."""
+        if not self.has_gpu:
+            return NO_DRIVER_SPEC
         if self.fabric_state == FabricState.NOT_SUPPORTED:
             return "none"
         return f"{self.cluster_uuid}.{self.clique_number}:{self.fabric_state.name}"
 
+    def write_nvml_spec(self, path: Path) -> Path:
+        """Write `fake_nvml_spec()` to `path` (atomically) for `--fake-nvml @path`."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(self.fake_nvml_spec() + "\n")
+        temporary.replace(path)
+        self.spec_file = path
+        return path
+
     def gpus(self) -> list[GpuFabric]:
+        if not self.has_gpu:
+            raise NvmlUnavailable(f"NVML init: {NO_DRIVER_MESSAGE}")
         info = None
         if self.fabric_state != FabricState.NOT_SUPPORTED:
             info = FabricInfo(
@@ -65,13 +86,17 @@ class FakeNode:
 
 @dataclass
 class Topology:
-    """Every simulated GPU node, by name, in rack order."""
+    """Every simulated GPU node (`nodes`), by name, in rack order, and the CPU-only nodes (`cpu_nodes`)."""
 
     nodes: dict[str, FakeNode] = field(default_factory=dict)
+    cpu_nodes: dict[str, FakeNode] = field(default_factory=dict)
+
+    def all_nodes(self) -> dict[str, FakeNode]:
+        return {**self.nodes, **self.cpu_nodes}
 
     def node(self, name: str) -> FakeNode:
         try:
-            return self.nodes[name]
+            return self.all_nodes()[name]
         except KeyError:
             raise KeyError(f"no simulated node named {name!r}") from None
 
@@ -79,7 +104,10 @@ class Topology:
         return [n for n in self.nodes.values() if n.rack == index]
 
     def set_fabric_state(self, name: str, state: FabricState) -> None:
-        self.node(name).fabric_state = state
+        node = self.node(name)
+        node.fabric_state = state
+        if node.spec_file is not None:
+            node.write_nvml_spec(node.spec_file)
 
     def clique_members(self, clique_id: str) -> list[str]:
         return [n.name for n in self.nodes.values() if clique_id and n.clique_id == clique_id]
@@ -89,13 +117,19 @@ def node_name(rack: int, slot: int) -> str:
     return f"gb200-r{rack:02d}-n{slot:02d}"
 
 
+def cpu_node_name(rack: int, slot: int) -> str:
+    return f"cpu-r{rack:02d}-n{slot:02d}"
+
+
 def build_topology(
     racks: int = 1,
     nodes_per_rack: int = NODES_PER_RACK,
     gpus_per_node: int = GPUS_PER_NODE,
     seed: str = "cdctl-sim",
+    cpu_nodes_per_rack: int = 1,
 ) -> Topology:
-    """`racks` racks, each its own NVLink domain: one cluster UUID and one clique ID per rack."""
+    """`racks` racks, each its own NVLink domain: one cluster UUID and one clique ID per rack, plus
+    `cpu_nodes_per_rack` CPU-only nodes per rack."""
     if racks < 1 or nodes_per_rack < 1 or gpus_per_node < 1:
         raise ValueError("racks, nodes_per_rack and gpus_per_node must be positive")
     topology = Topology()
@@ -108,6 +142,11 @@ def build_topology(
                 for index in range(gpus_per_node)
             )
             topology.nodes[name] = FakeNode(name, rack, cluster_uuid, FIRST_CLIQUE_ID - rack, gpu_uuids)
+        for slot in range(cpu_nodes_per_rack):
+            name = cpu_node_name(rack, slot)
+            topology.cpu_nodes[name] = FakeNode(
+                name, rack, "", 0, (), FabricState.NOT_SUPPORTED, has_gpu=False
+            )
     return topology
 
 

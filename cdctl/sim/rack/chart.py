@@ -20,6 +20,9 @@ one source of truth for them. Helm is not needed at runtime (helm-python-sdk is 
   names, matchCondition on the component's service accounts, Fail and [Deny], `driverManagedOnly` entries
   left out under HostManagedIMEX; labels carry only the component. The rack loads them, so the simulated
   cluster enforces them.
+- The kubelet plugin's placement (`plugin_placement`): the nodeSelector, tolerations and affinity that
+  `templates/kubelet-plugin.yaml` copies from `kubeletPlugin.*` into the DaemonSet's pod spec, so that the
+  rack starts a plugin only where that DaemonSet would place one (tests/chart compares it with Helm's).
 
 Values are merged over the chart's `values.yaml` and validated against its `values.schema.json`, like Helm.
 
@@ -296,3 +299,14 @@ def admission_policies(
             }
         )
     return objects
+
+
+def plugin_placement(values: Mapping[str, Any] | None = None, *, chart: Path | None = None) -> dict[str, Any]:
+    """The placement fields of the kubelet plugin's pod spec for `values`, as Helm renders them (empty
+    values are left out, as the template's `with` blocks do)."""
+    plugin = merged_values(values, chart=_resolve(chart)).get("kubeletPlugin") or {}
+    return {
+        key: copy.deepcopy(plugin[key])
+        for key in ("nodeSelector", "tolerations", "affinity")
+        if plugin.get(key)
+    }

@@ -8,6 +8,8 @@
   ResourceClaims, claims the kubelets still hold, claim CDI spec files, ComputeDomain node labels, daemon
   DaemonSets and claim templates, ComputeDomains and cliques, the driver's finalizer on any object, daemon
   processes, and claims a plugin's event log (`claim_lifecycle`) does not show as unprepared.
+- `kubelet_problems(rack)`: what a strict kubelet would complain about: any error on a plugin's
+  resource-health stream, and a worker pod bound to a CPU-only node.
 Used by cdctl.sim.rack.scenario and the integration tests.
 """
 
@@ -202,4 +204,14 @@ def leftovers(rack: Rack, namespaces: list[str], job_names: list[str]) -> list[s
                 found.append(f"{obj.get('kind', plural)} {where} still exists{extra}")
     if rack.runtime.running:
         found.append(f"{len(rack.runtime.running)} daemon processes still run")
+    return found
+
+
+def kubelet_problems(rack: Rack) -> list[str]:
+    """Errors the kubelets saw on the resource-health streams, and pods on CPU-only nodes."""
+    found = [error for kubelet in rack.cluster.kubelets.values() for error in kubelet.health.errors]
+    for name in rack.topology.cpu_nodes:
+        kubelet = rack.cluster.kubelets.get(name)
+        if kubelet is not None and (kubelet.running or kubelet.claim_refs):
+            found.append(f"CPU-only node {name} runs pods that use DRA claims")
     return found

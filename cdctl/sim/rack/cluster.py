@@ -8,8 +8,9 @@ with `cluster.write_kubeconfig(path)` or `cluster.url`; a node's kubelet plugin 
 `registry_dir(node)` / `plugin_dir(node)` and given `--fake-nvml <topology.node(node).fake_nvml_spec()>` (or,
 in process, `NodeDeviceLib`) and the fake driver files of `driver_files(node)`; `fake_imex_env()` puts the
 fake IMEX commands on a PATH. `restart_kubelet(node, while_down)` restarts one node's kubelet, which prepares
-its running pods again and checks their CDI devices (cdctl.sim.node.kubelet). Used by `cdctl sim` and the
-integration tests.
+its running pods again and checks their CDI devices (cdctl.sim.node.kubelet). CPU-only nodes
+(`topology.cpu_nodes`) get a kubelet too, without the GPU labels. Used by `cdctl sim` and the integration
+tests.
 """
 
 from __future__ import annotations
@@ -63,12 +64,13 @@ class SimCluster:
         self.kubelets: dict[str, SimKubelet] = {}
         self._driver_files: dict[str, DriverFiles] = {}
         router = NodeRouter(self.store)
-        for index, node in enumerate(self.topology.nodes.values()):
+        for index, node in enumerate(self.topology.all_nodes().values()):
+            labels = {GPU_PRESENT_LABEL: "true", RACK_LABEL: str(node.rack)} if node.has_gpu else {}
             self.kubelets[node.name] = SimKubelet(
                 self.store,
                 node.name,
                 self.registry_dir(node.name),
-                node_labels={GPU_PRESENT_LABEL: "true", RACK_LABEL: str(node.rack)},
+                node_labels=labels,
                 node_ip=f"192.168.{index // 250}.{index % 250 + 1}",
                 pod_ip_prefix=f"10.{index // 250}.{index % 250}.",
                 runtime=self.runtime,
@@ -117,7 +119,7 @@ class SimCluster:
 
     async def start(self) -> None:
         fakeimex.install_executables(self.work_dir / "bin")
-        for node in self.topology.nodes:
+        for node in self.topology.all_nodes():
             self.registry_dir(node).mkdir(parents=True, exist_ok=True)
             self._driver_files[node] = write_driver_files(self.node_dir(node) / "driver")
         await self.apiserver.start()
@@ -155,7 +157,8 @@ async def serve_cluster_until_stopped(
         if kubeconfig_out is not None:
             cluster.write_kubeconfig(kubeconfig_out)
         print(
-            f"simulated cluster listening on {cluster.url}: {len(topology.nodes)} nodes, "
+            f"simulated cluster listening on {cluster.url}: {len(topology.nodes)} GPU nodes and "
+            f"{len(topology.cpu_nodes)} CPU-only node{'' if len(topology.cpu_nodes) == 1 else 's'}, "
             f"plugin registration directories under {work_dir}",
             file=sys.stderr,
             flush=True,

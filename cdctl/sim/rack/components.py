@@ -1,12 +1,12 @@
-"""The rack's child processes: `cdctl controller` and one `cdctl kubelet-plugin` per node.
+"""The rack's child processes: `cdctl controller` and one `cdctl kubelet-plugin` per plugin node.
 
-`controller_command` and `plugin_command` build each component's command line with the flags the chart
-would set (driver namespace, feature gates, per-node plugin, registration and CDI directories, the fake
-NVML clique and fake `/proc` driver files, one event log per process) as the arguments after `cdctl`;
-`Component.launch` starts it, through the fork server (cdctl.sim.node.forkserver) when one is given, else as
-the console script, with its output in a log file, and `stop()` sends SIGTERM and waits (SIGKILL after a grace
-period). The simulated API server has no rate limit, so client-side throttling is off. Used by
-cdctl.sim.rack.launch.
+`controller_command` and `plugin_command` build each component's command line with the flags the chart would
+set (driver namespace, feature gates, per-node plugin, registration and CDI directories, the fake NVML (a spec
+file the rack rewrites, probed every `fabric_probe_s`) and fake `/proc` driver files, one event log per
+process) as the arguments after `cdctl`; `Component.launch` starts it, through the fork server
+(cdctl.sim.node.forkserver) when one is given, else as the console script, with its output in a log file, and
+`stop()` sends SIGTERM and waits (SIGKILL after a grace period). The simulated API server has no rate limit,
+so client-side throttling is off. Used by cdctl.sim.rack.launch.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def plugin_command(
         "--kube-api-qps", "1000",
         "--kube-api-burst", "1000",
         "--feature-gates", settings.feature_gates,
-        "--fake-nvml", cluster.topology.node(node).fake_nvml_spec(),
+        "--fake-nvml", f"@{cluster.node_dir(node) / 'fake-nvml'}",
+        "--fabric-reprobe-interval", str(settings.fabric_probe_s),
         "--proc-devices", str(files.proc_devices),
         "--fabric-imex-mgmt-cap", str(files.fabric_imex_mgmt_cap),
         "--boot-id-path", str(files.boot_id),

@@ -8,8 +8,11 @@
    namespace with the daemons' ServiceAccount (driver-managed mode), and on every node what GPU Feature
    Discovery and the device plugin would add: the
    `nvidia.com/gpu.clique` label (from the fake NVLink topology) and 4 allocatable `nvidia.com/gpu`;
-3. `cdctl controller` and one `cdctl kubelet-plugin` per node, each a child process with its own event log,
-   sockets and CDI root under the node's directory (cdctl.sim.rack.components);
+3. `cdctl controller` and one `cdctl kubelet-plugin` on each node where the chart's placement
+   (`kubeletPlugin` nodeSelector, affinity, tolerations) would run its DaemonSet's pod: the GPU nodes, not the
+   CPU-only ones. Each is a child process with its own event log, sockets and CDI root under the node's
+   directory (cdctl.sim.rack.components), and reads its fake NVML from a spec file the rack rewrites when a
+   test changes the node's fabric (`set_fabric_state`);
 4. in driver-managed mode the daemon pods the controller's DaemonSets create are run by the simulated
    container runtime as `cdctl daemon run` processes, probed with `cdctl daemon check`
    (cdctl.sim.node.daemonruntime); host-managed mode runs none (the host's IMEX stands in). These `cdctl`
@@ -40,14 +43,16 @@ from cdctl.sim.apiserver.errors import AlreadyExists
 from cdctl.sim.apiserver.identity import service_account_token
 from cdctl.sim.controllers.controllerloop import ControllerLoop
 from cdctl.sim.controllers.jobs import JobController, serve_jobs
+from cdctl.sim.controllers.nodematch import pod_fits_node
 from cdctl.sim.node.daemonruntime import DaemonPodRuntime
 from cdctl.sim.node.forkserver import ForkServer
-from cdctl.sim.node.topology import GPUS_PER_NODE, build_topology
+from cdctl.sim.node.topology import GPUS_PER_NODE, FabricState, build_topology
 from cdctl.sim.rack.chart import (
     CHART_NAME,
     admission_policies,
     cluster_bootstrap_objects,
     daemon_service_accounts,
+    plugin_placement,
 )
 from cdctl.sim.rack.cluster import SimCluster
 from cdctl.sim.rack.components import CONTROLLER_POD, Component, controller_command, plugin_command
@@ -170,8 +175,28 @@ class Rack:
         with contextlib.suppress(AlreadyExists):
             self.store.create(self.store.type_of(group, plural), namespace, obj)
 
+    def chart_values(self) -> dict[str, Any]:
+        return {"featureGates": {"HostManagedIMEX": self.settings.host_managed}}
+
+    def nvml_spec_file(self, node: str) -> Path:
+        return self.cluster.node_dir(node) / "fake-nvml"
+
+    def set_fabric_state(self, node: str, state: FabricState) -> None:
+        """Change the node's fabric; its plugin sees it at its next NVML probe."""
+        self.topology.set_fabric_state(node, state)
+
+    def plugin_nodes(self) -> list[str]:
+        """The nodes where the chart's kubelet plugin DaemonSet would place a pod."""
+        placement = plugin_placement(self.chart_values())
+        nodes = self.store.type_of("", "nodes")
+        return [
+            name
+            for name in self.topology.all_nodes()
+            if pod_fits_node(placement, self.store.get(nodes, "", name))
+        ]
+
     def _install_chart(self) -> None:
-        values = {"featureGates": {"HostManagedIMEX": self.settings.host_managed}}
+        values = self.chart_values()
         for obj in cluster_bootstrap_objects(values):
             group = obj["apiVersion"].rpartition("/")[0]
             self._create(group, _PLURALS[obj["kind"]], "", obj)
@@ -189,6 +214,10 @@ class Rack:
     def _label_gpu_nodes(self) -> None:
         """What GPU Feature Discovery and the device plugin publish: the clique label and the GPU count."""
         nodes = self.store.type_of("", "nodes")
+        for fake in self.topology.cpu_nodes.values():
+            node = self.store.get(nodes, "", fake.name)
+            node["metadata"].setdefault("labels", {})["kubernetes.io/hostname"] = fake.name
+            self.store.update(nodes, "", fake.name, node)
         for fake in self.topology.nodes.values():
             node = self.store.get(nodes, "", fake.name)
             labels = node["metadata"].setdefault("labels", {})
@@ -234,7 +263,8 @@ class Rack:
             self.logs_dir / "controller.log",
             self.fork_server,
         )
-        for node in self.topology.nodes:
+        for node in self.plugin_nodes():
+            self.topology.node(node).write_nvml_spec(self.nvml_spec_file(node))
             self.plugins[node] = await Component.launch(
                 f"plugin {node}",
                 plugin_command(
@@ -273,12 +303,12 @@ class Rack:
 
     async def _wait_until_registered(self) -> None:
         deadline = time.monotonic() + self.settings.start_timeout_s
-        while len(self.registered_nodes()) < len(self.topology.nodes):
+        while len(self.registered_nodes()) < len(self.plugins):
             dead = self.exited()
             if dead:
                 raise RackStartError("; ".join(c.failure() for c in dead))
             if time.monotonic() > deadline:
-                missing = sorted(set(self.topology.nodes) - self.registered_nodes())
+                missing = sorted(set(self.plugins) - self.registered_nodes())
                 raise RackStartError(
                     f"plugins not registered after {self.settings.start_timeout_s:.0f} s: {missing}"
                 )

@@ -27,6 +27,7 @@ class RackSettings:
     start_timeout_s: float = 120.0
     probe_period_s: float | None = None  # None: the daemon pods' probe periods (startup 1 s, readiness 10 s)
     fork_server: bool = True  # start cdctl processes from a warm fork server (cdctl.sim.node.forkserver)
+    fabric_probe_s: float = 2.0  # how often each plugin probes its fake NVML (device health)
     rack_domains_namespace: str = ""  # non-empty: `cdctl controller --rack-domains` keeps its domains here
 
     @property
