@@ -85,3 +85,12 @@ class LogTampered(StoreError):
         self.path = path
         self.position = position
         self.reason = reason
+
+
+class CompactedAway(PermanentError):
+    """A point of the log before its horizon was asked for: compaction removed the events it needs.
+
+    Its own exit code (4), so a script tells "no longer kept" from a broken or missing log (3).
+    """
+
+    exit_code = 4
