@@ -5,8 +5,9 @@ its -wal and -shm; cdctl.plugin.prepare). Each retention round (cdctl.projection
 the plugin's own policy: a kept log last written longer ago than the age bound goes, then, while the
 directory holds more than the size bound, a log larger than the bound by itself goes first, then the oldest.
 Only logs of domains gone from this node are touched (a uid whose `domains/<uid>` directory is back is left
-alone), and only files named like kept logs (never through a symbolic link). Each removal is recorded first (ImexHistoryPruned, stream `log/imex-history` of the plugin's log), then
-done, then logged. Called by cdctl.plugin.app.
+alone), and only files named like kept logs (never through a symbolic link). Each removal is recorded first
+(ImexHistoryPruned, stream `log/imex-history` of the plugin's log), then done, then logged. Called by
+cdctl.plugin.app.
 """
 
 from __future__ import annotations

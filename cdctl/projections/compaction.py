@@ -11,8 +11,9 @@ runs. It finishes a compaction a crash left pending, then:
    tracked positions (cdctl.store.compaction.record);
 4. removes the events up to the horizon in bounded batches, then the table rows only they explained (a row
    the horizon view still holds stays), appends LogCompacted, and gives free pages back a few at a time.
-Every step is a job of the single writer, so appends wait at most one batch. Called by the retention loop,
-the tests and bench/compaction.py.
+Every step is a job of the single writer, so an append waits at most one batch; batches are sized to hold
+the writer about BATCH_TARGET_S (`Batches`: halved after a slow one, doubled after a quick one, within a
+cap). Called by the retention loop, the tests and bench/compaction.py.
 """
 
 from __future__ import annotations
@@ -41,11 +42,13 @@ from cdctl.store import compaction
 from cdctl.store.base import StreamAppend
 from cdctl.store.sealing import format_time
 from cdctl.store.sqlite import SqliteEventStore
+from cdctl.store.writer import SyncFn
 
-BATCH_EVENTS = 2_000  # events removed per writer transaction
-BATCH_ROWS = 2_000  # table rows removed per writer transaction
-RECLAIM_PAGES = 1_024  # pages given back per writer transaction (4 MiB at SQLite's default page size)
-FOLD_CHUNK = 2_000  # events folded between two yields to the event loop
+BATCH_TARGET_S = 0.03  # how long one removal batch should hold the writer (and so delay an append)
+BATCH_EVENTS = 5_000  # at most this many events removed per writer transaction
+BATCH_ROWS = 5_000  # at most this many table rows removed per writer transaction
+RECLAIM_PAGES = 1_024  # at most this many pages given back per writer transaction (4 MiB at 4 KiB pages)
+FOLD_CHUNK = 500  # events folded between two yields to the event loop
 ACTOR = Actor("compaction")
 
 
@@ -81,6 +84,22 @@ class CompactionReport:
             "duration_s": round(self.duration_s, 3), "live_bytes_before": self.live_bytes_before,
             "live_bytes_after": self.live_bytes_after, "file_bytes_after": self.file_bytes_after,
         }  # fmt: skip
+
+
+class Batches:
+    """The size of the next removal batch: halved after one that held the writer longer than the target,
+    doubled (up to `cap`) after one that took under a third of it."""
+
+    def __init__(self, cap: int, target_s: float = BATCH_TARGET_S) -> None:
+        self.cap = max(cap, 1)
+        self.size = min(self.cap, 256)
+        self.target_s = target_s
+
+    def took(self, seconds: float) -> None:
+        if seconds > self.target_s:
+            self.size = max(self.size // 2, 1)
+        elif seconds < self.target_s / 3:
+            self.size = min(self.size * 2, self.cap)
 
 
 def _persisted(projections: Sequence[Projection], tables: set[str]) -> list[Projection]:
@@ -197,11 +216,13 @@ async def compact(
     return await _remove(store, persisted, recorded, report, actor, started, batch_events, batch_rows)
 
 
-async def _timed_sync(store: SqliteEventStore, report: CompactionReport, fn: Any) -> Any:
+async def _timed_sync(store: SqliteEventStore, report: CompactionReport, batches: Batches, fn: Any) -> Any:
     began = time.perf_counter()
     _, result = await store.sync([], lambda db, _events: fn(db))
+    took = time.perf_counter() - began
+    batches.took(took)
     report.batches += 1
-    report.longest_batch_s = max(report.longest_batch_s, time.perf_counter() - began)
+    report.longest_batch_s = max(report.longest_batch_s, took)
     return result
 
 
@@ -217,10 +238,11 @@ async def _remove(
 ) -> CompactionReport:
     last = horizon.position
     low = await store.on_reader(compaction.lowest_position)
+    sizes = Batches(batch_events)
     while low is not None and low <= last:
-        high = min(low + batch_events - 1, last)
+        high = min(low + sizes.size - 1, last)
         removed: compaction.Removed = await _timed_sync(
-            store, report, lambda db, lo=low, hi=high: compaction.remove_events(db, lo, hi, last)
+            store, report, sizes, lambda db, lo=low, hi=high: compaction.remove_events(db, lo, hi, last)
         )
         report.events_removed += removed.events
         report.observations_removed += removed.observations
@@ -271,14 +293,16 @@ async def _remove_rows(
     """The rows of `projection`'s table last changed at or before the horizon that its view does not hold."""
     table, keys = projection.table, projection.key_columns
     removed = 0
+    sizes = Batches(batch)
     if keys == ("position",):  # a history table: every row is one event's
         lowest = await store.query(f"SELECT MIN(position) FROM {table}")
         low = int(lowest[0][0]) if lowest and lowest[0][0] is not None else horizon + 1
         while low <= horizon:
-            high = min(low + batch - 1, horizon)
+            high = min(low + sizes.size - 1, horizon)
             removed += await _timed_sync(
                 store,
                 report,
+                sizes,
                 lambda db, lo=low, hi=high: compaction.remove_rows_by_position(db, table, lo, hi),
             )
             low = high + 1
@@ -286,11 +310,16 @@ async def _remove_rows(
     held = set(projection.table_image(view))
     found = await store.on_reader(lambda db: compaction.rows_at_or_below(db, table, keys, horizon))
     gone = [key for key in found if key not in held]
-    for start in range(0, len(gone), batch):
-        chunk = gone[start : start + batch]
+    start = 0
+    while start < len(gone):
+        chunk = gone[start : start + sizes.size]
         removed += await _timed_sync(
-            store, report, lambda db, c=chunk: compaction.remove_rows_by_key(db, table, keys, c, horizon)
+            store,
+            report,
+            sizes,
+            lambda db, c=chunk: compaction.remove_rows_by_key(db, table, keys, c, horizon),
         )
+        start += len(chunk)
     return removed
 
 
@@ -299,12 +328,17 @@ async def _reclaim(store: SqliteEventStore, report: CompactionReport) -> None:
     if await store.on_reader(compaction.auto_vacuum) != 2:
         return
     free = await store.on_reader(lambda db: int(db.execute("PRAGMA freelist_count").fetchone()[0]))
+    sizes = Batches(RECLAIM_PAGES)
+
+    def step(pages: int) -> SyncFn:
+        return lambda db, _events: compaction.reclaim_step(db, pages)
+
     while free > 0:
         began = time.perf_counter()
-        _, left = await store.sync(
-            [], lambda db, _e: compaction.reclaim_step(db, RECLAIM_PAGES), transaction=False
-        )
-        report.longest_reclaim_s = max(report.longest_reclaim_s, time.perf_counter() - began)
+        _, left = await store.sync([], step(sizes.size), transaction=False)
+        took = time.perf_counter() - began
+        sizes.took(took)
+        report.longest_reclaim_s = max(report.longest_reclaim_s, took)
         report.pages_reclaimed += max(free - int(left), 0)
         if int(left) >= free:
             break
