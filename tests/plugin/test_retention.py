@@ -4,25 +4,38 @@ daemon logs (`imex-history/`) are pruned by the same policy, recorded in its log
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
+from grpclib.client import Channel
+
+from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.api.refs import DomainInfo
 from cdctl.domain import claims as c
 from cdctl.domain.events import Actor, NewEvent
 from cdctl.domain.retention import RetentionPolicy
-from cdctl.plugin import imexhistory
+from cdctl.k8s.rest import KubeApi
+from cdctl.plugin import imexhistory, nvml
+from cdctl.plugin.app import PluginProcess
 from cdctl.plugin.checkpoint import ClaimBook, ClaimBookProjection
 from cdctl.plugin.devices import ClaimRef, parse_claim
 from cdctl.plugin.prepare import DeviceState, FabricStatus
 from cdctl.projections.lifecycle import lifecycle_projections
+from cdctl.projections.replay import VerifyReport, verify_chain, verify_projections
 from cdctl.projections.runner import ProjectionRunner
+from cdctl.projections.sinks import SqliteSink
+from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.fakes import FakeCluster, channel_claim
+from tests.plugin.test_app import U, config, seed_claim, serving_plugin, until
 from tests.store.compacting import compact_through
 
 DAY = 86_400.0
+FAKE_NVML = nvml.FakeDeviceLib(cluster_uuid=U, clique_id=7)
 
 
 async def test_the_claim_checkpoint_survives_compaction_and_a_restart(tmp_path: Path) -> None:
@@ -124,3 +137,64 @@ async def test_no_bound_no_pruning(tmp_path: Path) -> None:
 
 def _actor() -> Actor:
     return Actor("kubelet-plugin", node="node-a")
+
+
+async def test_the_running_plugin_compacts_its_log_and_prunes_imex_history(
+    env: tuple[ApiServer, KubeApi, Path],
+) -> None:
+    _, api, base = env
+    _, claim_uid = await seed_claim(api, f"{U}.7")
+    cfg = dataclasses.replace(
+        config(base), retention=RetentionPolicy(age_s=0, size_bytes=1), retention_first_delay_s=0.0,
+        retention_interval_s=0.1,
+    )  # fmt: skip
+    kept_log(cfg.plugin_dir / "imex-history", "gone-domain", 100, 1, datetime.now(UTC).timestamp())
+    ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
+    async with serving_plugin(cfg, api) as (process, stub):
+        resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
+        assert resp.claims[claim_uid].error == ""
+        assert process.store is not None
+        store = process.store
+
+        async def compacted_past_the_prepare() -> bool:
+            horizon = await store.horizon()
+            prepared = await store.query(
+                "SELECT MAX(position) FROM events WHERE stream = ?", (f"claim/{claim_uid}",)
+            )
+            return (
+                horizon is not None and not horizon.pending and horizon.position >= int(prepared[0][0] or 0)
+            )
+
+        await until(compacted_past_the_prepare, "compaction")
+        assert not (cfg.plugin_dir / "imex-history" / "gone-domain.db").exists()
+        # Recorded, and compacted away since by the next round (a 1-byte bound removes all it can).
+        assert await store.stream_version("log/imex-history") == 1
+    # Restarted on its compacted log: the claim is still known prepared, and unprepares cleanly.
+    stop = asyncio.Event()
+    process = PluginProcess(dataclasses.replace(cfg, retention=RetentionPolicy(0, 0)), device_lib=FAKE_NVML)
+    task = asyncio.create_task(process.run(stop))
+    try:
+
+        async def serving() -> bool:
+            assert not task.done(), task.result()
+            return process.servers is not None
+
+        await until(serving, "restart")
+        assert process.state is not None
+        record = process.state.book.get(claim_uid)
+        assert record is not None and record.completed and process.state.book.compacted
+        channel = Channel(path=str(process.servers.paths.dra))  # type: ignore[union-attr]
+        try:
+            stub = v1.DraPluginStub(channel)
+            unresp = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))
+            assert unresp.claims[claim_uid].error == ""
+        finally:
+            channel.close()
+    finally:
+        stop.set()
+        await task
+    report = VerifyReport()
+    async with await SqliteEventStore.open(cfg.db_path, read_only=True) as store:
+        await verify_chain(store, report)
+        await verify_projections(store, lifecycle_projections(), SqliteSink(store), report)
+    assert report.ok and report.horizon is not None, report.problems
