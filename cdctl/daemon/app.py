@@ -79,8 +79,9 @@ class DaemonApp:
             raise PermanentError(f"{s.imexd_dir} does not exist (is the daemon claim's CDI mount missing?)")
         journal = await Journal.open(s.events_path, s.node_name, s.pod_name, s.log_key_file)
         retention = Retention(
-            journal.store, s.retention, [], actor=journal.actor, interval_s=s.retention_interval_s
-        )
+            journal.store, s.retention, [], actor=journal.actor, interval_s=s.retention_interval_s,
+            first_delay_s=s.retention_first_delay_s,
+        )  # fmt: skip
         compacting = asyncio.create_task(retention.run(), name="retention")
         reason, failed = "stopped by signal", False
         try:

@@ -45,6 +45,7 @@ class DaemonSettings:
     log_key_file: Path | None = None  # the event log's HMAC key; None: an unkeyed log
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     retention_interval_s: float = 3600.0
+    retention_first_delay_s: float = 60.0
     kubeconfig: str | None = None
     imex_binary: str = "nvidia-imex"
     ctl_binary: str = "nvidia-imex-ctl"

@@ -6,7 +6,8 @@ each caller's future resolves only after the commit is durable, then subscribers
 append fails alone; a failed commit fails its group and the tip is reloaded from the file. A sync job runs a
 function on the driver's thread in one hop, alone in its own transaction, after the append it carries if any
 (compaction's record and its bounded batches: cdctl.store.compaction); being queued like any append, it
-never interleaves with one. Used by cdctl.store.sqlite.SqliteEventStore.
+never interleaves with one. A job whose caller was cancelled still runs; its outcome is dropped, and the
+writer goes on. Used by cdctl.store.sqlite.SqliteEventStore.
 """
 
 from __future__ import annotations
@@ -308,21 +309,21 @@ class Writer:
             if job.appends:  # nothing committed: re-read the tip the sealing advanced
                 self._chain.versions.clear()
                 await self._load_tip()
-            job.done.set_exception(exc)
+            _settle(job, error=exc)
             return
         finally:
             self._chain.observed.clear()
         if recorded:
             self._published()
-        job.done.set_result((recorded, result))
+        _settle(job, (recorded, result))
 
     @staticmethod
     def _resolve(jobs: list[_Job], outcomes: list[_Outcome]) -> None:
         for job, outcome in zip(jobs, outcomes, strict=True):
             if isinstance(outcome, Exception):
-                job.done.set_exception(outcome)
+                _settle(job, error=outcome)
             else:
-                job.done.set_result([s.event for s in outcome])
+                _settle(job, [s.event for s in outcome])
 
     async def _commit_write(self, job: _Job) -> None:
         assert job.write is not None
@@ -333,17 +334,26 @@ class Writer:
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await self._conn.rollback()
-            job.done.set_exception(
-                locked_or_failed(exc, self._path) if isinstance(exc, OperationalError) else exc
+            _settle(
+                job, error=locked_or_failed(exc, self._path) if isinstance(exc, OperationalError) else exc
             )
             return
+        _settle(job, result)
+
+
+def _settle(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
+    """Resolve a job's future, unless its caller gave up on it (cancelled): the writer carries on."""
+    if job.done.done():
+        return
+    if error is not None:
+        job.done.set_exception(error)
+    else:
         job.done.set_result(result)
 
 
 def _fail(jobs: Sequence[_Job], error: BaseException) -> None:
     for job in jobs:
-        if not job.done.done():
-            job.done.set_exception(error)
+        _settle(job, error=error)
 
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -343,3 +344,21 @@ async def test_appends_go_on_between_compaction_batches(tmp_path: Path) -> None:
         [done] = [e for e in await store.read_stream("log/compaction") if e.type == "LogCompacted"]
         assert min(appended) < done.position and len(appended) == 50 and last_old < min(appended)
     assert (await verify(path)).ok
+
+
+async def test_a_caller_cancelled_while_its_job_runs_does_not_stop_the_writer(tmp_path: Path) -> None:
+    """A component stopping mid-compaction cancels the round; the writer finishes the job and goes on."""
+    async with await SqliteEventStore.open(tmp_path / "e.db") as store:
+        started = asyncio.Event()
+
+        def slow(db: sqlite3.Connection, _: object) -> None:
+            started.set()
+            time.sleep(0.2)
+
+        job = asyncio.ensure_future(store.sync([], slow))
+        write = asyncio.ensure_future(store.write(lambda conn: asyncio.sleep(0)))
+        await asyncio.sleep(0.05)
+        job.cancel()
+        write.cancel()
+        [event] = await store.append("s/1", [NewEvent("Thing", {})])
+        assert event.position == 1
