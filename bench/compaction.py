@@ -3,8 +3,9 @@
     python bench/compaction.py [--events 1000000] [--keep 100000] [--tick-ms 2] [--dir DIR]
 
 Builds a node's log of --events events (claims of a busy node: five events a claim, half the traffic, and
-ComputeDomain events), projects it with the lifecycle views as the kubelet plugin does, then compacts it with
-the age bound placed so that all but the last --keep events are removed, while a ticker appends one event
+ComputeDomain events), projects it with the lifecycle views as the kubelet plugin does, then compacts it as
+the plugin does (keeping the lifecycle views and its claim book at the horizon) with the age bound placed so
+that all but the last --keep events are removed, while a ticker appends one event
 every --tick-ms milliseconds through the same store (a component's own appends). Prints and writes
 bench/results/compaction.json: the compaction's duration and its phases (folding the snapshot at the
 horizon, removing events and rows in bounded batches, giving pages back), the longest writer transaction,
@@ -38,6 +39,7 @@ from cdctl.domain.claims import (
 )
 from cdctl.domain.events import NewEvent
 from cdctl.domain.retention import RetentionPolicy
+from cdctl.plugin.checkpoint import ClaimBookProjection
 from cdctl.projections.compaction import compact
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import VerifyReport, verify_chain, verify_projections
@@ -47,6 +49,7 @@ from cdctl.store import SqliteEventStore, StreamAppend
 from cdctl.store import compaction as mechanics
 
 RESULTS = Path(__file__).parent / "results" / "compaction.json"
+NODE = "gb200-r01-n01"
 AGE = RetentionPolicy(age_s=3600, size_bytes=0)
 
 
@@ -74,7 +77,7 @@ async def build_log(path: Path, total: int) -> None:
                 k = written + size
                 if (k // 10) % 2 == 0:
                     uid = str(uuid.UUID(int=k))
-                    events = claim_events(uid, "gb200-r01-n01", f"d{k % 1000}", k % 4)
+                    events = claim_events(uid, NODE, f"d{k % 1000}", k % 4)
                     stream = claim_stream(uid)
                 else:
                     data = {
@@ -148,7 +151,7 @@ async def compaction_round(path: Path, events: int, keep: int, period: float) ->
         ticker = Ticker(store, period)
         tick_task = asyncio.ensure_future(ticker.run(stop))
         started = time.perf_counter()
-        report = await compact(store, AGE, lifecycle_projections(), now=now)
+        report = await compact(store, AGE, [*lifecycle_projections(), ClaimBookProjection(NODE)], now=now)
         elapsed = time.perf_counter() - started
         stop.set()
         await tick_task

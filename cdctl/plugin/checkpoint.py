@@ -59,7 +59,11 @@ def row_record(row: Row) -> c.ClaimRecord:
 
 
 class ClaimBookProjection(Projection):
-    """The claim book as a snapshot-only projection (no table): what compaction keeps of the checkpoint."""
+    """The claim book as a snapshot-only projection (no table): what compaction keeps of the checkpoint.
+
+    While folding, a claim's view entry holds its ClaimRecord (`{"record": ...}`: folding is the plugin's own
+    start-up fold); the snapshot holds records as plain rows, of the active claims only.
+    """
 
     name = table = SNAPSHOT_NAME
     columns = ("claim_uid",)
@@ -82,13 +86,20 @@ class ClaimBookProjection(Projection):
             return [Change(_PLUGIN_KEY, {"version": event.version, "boot_id": boot or ""}, persist=False)]
         uid = event.stream[len(c.CLAIM_STREAM_PREFIX) :]
         known = view.get(("claim", uid))
-        record = row_record(known) if known is not None else c.ClaimRecord(uid)
+        record = known["record"] if known is not None else c.ClaimRecord(uid)
         record = c.fold(record, decode(event), event.version)
-        return [Change(("claim", uid), record_row(record), persist=False)]
+        return [Change(("claim", uid), {"record": record}, persist=False)]
+
+    def restore_view(self, rows: Iterable[tuple[tuple[Any, ...], Row]]) -> dict[tuple[Any, ...], Row]:
+        return {key: row if key == _PLUGIN_KEY else {"record": row_record(row)} for key, row in rows}
 
     def snapshot_view(self, view: View) -> dict[tuple[Any, ...], Row]:
         """Active claims and the plugin stream's state: a claim that ended holds nothing on the node."""
-        return {key: row for key, row in view.items() if key == _PLUGIN_KEY or row_record(row).active}
+        return {
+            key: row if key == _PLUGIN_KEY else record_row(row["record"])
+            for key, row in view.items()
+            if key == _PLUGIN_KEY or row["record"].active
+        }
 
 
 class ClaimBook:

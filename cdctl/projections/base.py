@@ -11,7 +11,7 @@ still explains (`table_image`) are kept with it, and history rows before the hor
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from cdctl.domain.events import RecordedEvent
@@ -82,6 +82,10 @@ class Projection(abc.ABC):
     def snapshot_view(self, view: View) -> dict[Key, Row]:
         """The view kept at a compaction's horizon (a projection may drop what nothing after it needs)."""
         return dict(view)
+
+    def restore_view(self, rows: Iterable[tuple[Key, Row]]) -> dict[Key, Row]:
+        """The view to fold on from, given a snapshot's rows (the inverse of `snapshot_view`'s encoding)."""
+        return dict(rows)
 
     def table_image(self, view: View) -> dict[Key, Row]:
         """The table rows a view holds: a change both persisted and retained puts the same row in each.

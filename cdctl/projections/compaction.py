@@ -146,7 +146,7 @@ async def views_at(
                 f" {horizon.position}: its state before it cannot be folded again"
             )
         bases[projection.name], rows = snapshot if snapshot is not None else (0, [])
-        views[projection.name] = dict(rows)
+        views[projection.name] = projection.restore_view(rows)
     after = min(bases.values(), default=target)
     while after < target:
         events = [e for e in await store.read_all(after=after, limit=FOLD_CHUNK) if e.position <= target]
