@@ -32,9 +32,10 @@ from cdctl._proto.pluginregistration import (
     RegistrationStatusResponse,
     RegistrationStub,
 )
-from cdctl.domain.errors import CdctlError, RetriableError
+from cdctl.domain.errors import CdctlError, RetriableError, clip
 from cdctl.plugin.devices import DRIVER_NAME, ClaimRef
-from cdctl.plugin.driver import Driver
+from cdctl.plugin.driver import ERROR_LIMIT, Driver
+from cdctl.plugin.wire import RequestCodec
 
 log = structlog.get_logger("cdctl.plugin.server")
 
@@ -67,7 +68,7 @@ class _DraHandler:
         try:
             outcomes = await self.driver.prepare_resources(refs)
         except CdctlError as exc:
-            raise GRPCError(_status_for(exc), str(exc)) from exc
+            raise GRPCError(_status_for(exc), clip(str(exc), ERROR_LIMIT)) from exc
         m = self.mod
         return m.NodePrepareResourcesResponse(
             claims={
@@ -83,7 +84,7 @@ class _DraHandler:
         try:
             errors = await self.driver.unprepare_resources(refs)
         except CdctlError as exc:
-            raise GRPCError(_status_for(exc), str(exc)) from exc
+            raise GRPCError(_status_for(exc), clip(str(exc), ERROR_LIMIT)) from exc
         m = self.mod
         return m.NodeUnprepareResourcesResponse(
             claims={uid: m.NodeUnprepareResourceResponse(error=err) for uid, err in errors.items()}
@@ -218,7 +219,7 @@ class PluginServers:
     ) -> None:
         self.paths = paths
         self.registration = Registration(str(paths.dra), on_registered)
-        self._dra = Server([DraV1(driver), DraV1beta1(driver)])
+        self._dra = Server([DraV1(driver), DraV1beta1(driver)], codec=RequestCodec())
         self._reg = Server([self.registration])
         self._health_port = health_port
         self._health: Server | None = None
