@@ -2,7 +2,8 @@
 
 grpclib decodes a request inside the method's stream, so a malformed body (anything on the DRA socket can
 send one) surfaced as an exception grpclib logged with its full stack ("Application error"), once per
-request. `RequestCodec` answers it with INVALID_ARGUMENT, naming the message type and cutting the decoder's
+request (and a truncated claim entry decoded as None failed later in the handler, the same way).
+`RequestCodec` answers both with INVALID_ARGUMENT, naming the message type and cutting the decoder's
 complaint to about 200 characters, and logs it at most once per `window_s` without a stack, with how many
 were not logged since. Used by cdctl.plugin.server for the DRA server.
 """
@@ -38,7 +39,9 @@ class RequestCodec(ProtoCodec):
 
     def decode(self, data: bytes, message_type: Any) -> Any:
         try:
-            return super().decode(data, message_type)
+            message = super().decode(data, message_type)
+            _check_claims(message)
+            return message
         except Exception as exc:  # the decoder's own errors vary by message and input
             name = getattr(message_type, "__name__", "request")
             problem = clip(f"{type(exc).__name__}: {exc}")
@@ -56,3 +59,11 @@ class RequestCodec(ProtoCodec):
         )  # fmt: skip
         self._logged_at = now
         self.suppressed = 0
+
+
+def _check_claims(message: Any) -> None:
+    """The decoder lets a truncated entry of a repeated message field through as None (a `claims` list of
+    [None]); a request's claims must each be a message."""
+    for i, claim in enumerate(getattr(message, "claims", None) or ()):
+        if claim is None:
+            raise ValueError(f"claims[{i}] is not a Claim message")

@@ -1,5 +1,5 @@
-"""Daemon claims are prepared only for the controller's daemon pods, and no path from input leaves the plugin's
-directory: the attacks a tenant (or a compromised daemon) could try, each refused with nothing on disk."""
+"""Daemon claims are prepared only for the controller's daemon pods, and no path from input leaves the
+plugin's directory: what a tenant (or a compromised daemon) could try, each refused, nothing on disk."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ def files_under(root: Path) -> set[str]:
     return {str(Path(d) / f) for d, _, fs in os.walk(root) for f in fs} | {
         str(Path(d) / x) for d, xs, _ in os.walk(root) for x in xs
     }
+
+
+def exists(path: str) -> bool:
+    return Path(path).exists()
 
 
 def assert_nothing_written(node: Node, uid: str = D1) -> None:
@@ -137,11 +141,8 @@ async def test_traversal_and_absolute_domain_ids_create_nothing(
     with pytest.raises(InvalidInput, match="domainID must be a ComputeDomain uid") as err:
         await node.state.prepare(parse_claim(make(D1, domain_id)), 0)
     assert err.value.field == "domainID"
-    created = files_under(tmp_path) - before
-    assert all("events" not in p and "domains" not in p for p in created), created
-    assert not cdi.claim_spec_path(node.settings.cdi_root, D1).exists()
-    assert not Path("/abs/dir").exists()
-    assert not (node.settings.plugin_dir.parent.parent.parent / "x").exists()
+    assert files_under(tmp_path) == before  # `../../../x` from the domains directory would land in here
+    assert not exists("/abs/dir")
     assert node.cluster.labels == {}
 
 
