@@ -282,6 +282,7 @@ class PluginProcess:
             node=cfg.node_name,
             plugin_dir=cfg.plugin_dir,
             cdi_root=cfg.cdi_root,
+            driver_namespace=cfg.namespace,
             proc_devices=cfg.proc_devices,
             fabric_imex_mgmt_cap=cfg.fabric_imex_mgmt_cap,
             host_managed=self.host_managed,

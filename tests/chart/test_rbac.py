@@ -132,6 +132,7 @@ def test_default_mode_grants_exactly_what_is_needed(rendered: dict[str, list[dic
         ("*", "", "nodes"): READ | {"patch"},
         ("*", "", "events"): {"create", "patch"},
         (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): READ,
+        (NAMESPACE, "", "pods"): {"get"},  # the owner of a daemon claim, read before it is prepared
     }
     assert grants[DAEMON] == {
         (NAMESPACE, "", "pods"): {"patch"},
@@ -184,3 +185,4 @@ def test_without_cliques_daemons_read_computedomains_instead(helm_chart: hc.Char
     }
     assert (NAMESPACE, "resource.nvidia.com", "computedomaincliques") not in grants[CONTROLLER]
     assert (NAMESPACE, "resource.nvidia.com", "computedomaincliques") not in grants[PLUGIN]
+    assert grants[PLUGIN][(NAMESPACE, "", "pods")] == {"get"}
