@@ -4,10 +4,12 @@ Called by cdctl.plugin.prepare for every `daemon-0` device before anything is wr
 hands its container the `fabric-imex-mgmt` capability, a domain's identity (env) and that domain's directory
 (`/imexd`), so it is prepared only for the controller's own IMEX daemons:
 
-* the ResourceClaim is in the driver namespace (where the controller runs its DaemonSets);
+* the ResourceClaim is in the driver namespace (where the controller runs its DaemonSets) or one of the
+  additional namespaces the controller manages (ADDITIONAL_NAMESPACES: it reuses an earlier install's
+  DaemonSets there), namespaces the operator chose, never a tenant's;
 * the ComputeDomain it names exists (the caller looks it up; a miss after a fresh listing is permanent);
 * its controlling owner is a Pod (`v1`), the claim is reserved for that pod (`status.reservedFor`), and that
-  pod, read fresh (one GET, namespaced to the driver namespace), has the same uid, is controlled by the
+  pod, read fresh (one GET, in the claim's namespace), has the same uid, is controlled by the
   domain's DaemonSet `computedomain-daemon-<domain uid>` (`apps/v1`), carries the domain's label and runs on
   this node.
 
@@ -62,22 +64,31 @@ def _field(obj: Mapping[str, Any], *path: str) -> Any:
 
 
 async def authorize_daemon_claim(
-    claim: AllocatedClaim, domain: DomainInfo, *, driver_namespace: str, node: str, cluster: ClusterPort
+    claim: AllocatedClaim,
+    domain: DomainInfo,
+    *,
+    namespaces: tuple[str, ...],
+    node: str,
+    cluster: ClusterPort,
 ) -> None:
-    """Raise DaemonClaimRefused unless `claim` is the claim of `domain`'s daemon pod on `node` (see above)."""
-    if claim.ref.namespace != driver_namespace:
+    """Raise DaemonClaimRefused unless `claim` is the claim of `domain`'s daemon pod on `node` (see above).
+    `namespaces`: the driver namespace, then the additional namespaces the controller manages."""
+    namespace = claim.ref.namespace
+    if namespace not in namespaces:
+        allowed = namespaces[0] if len(namespaces) == 1 else ", ".join(namespaces)
         raise _refuse(
             claim,
-            f"the claim must be in the driver namespace {driver_namespace!r}, "
-            f"not {echo(claim.ref.namespace, 100)}",
+            f"the claim must be in the driver namespace {allowed!r}, not {echo(namespace, 100)}"
+            if len(namespaces) == 1
+            else f"the claim must be in one of the driver's namespaces ({allowed}), not {echo(namespace, 100)}",
         )
     owner = _owner_pod(claim)
     if not any(
         r.resource == "pods" and r.uid == owner.uid and r.name == owner.name for r in claim.reserved_for
     ):
         raise _refuse(claim, f"status.reservedFor does not name its owner pod {clip(owner.name, 100)}")
-    pod = await cluster.get_pod(driver_namespace, owner.name)
-    pod_name = f"Pod {driver_namespace}/{clip(owner.name, 100)}"
+    pod = await cluster.get_pod(namespace, owner.name)
+    pod_name = f"Pod {namespace}/{clip(owner.name, 100)}"
     if pod is None:
         raise _refuse(claim, f"its owner {pod_name} does not exist")
     if _field(pod, "metadata", "uid") != owner.uid:

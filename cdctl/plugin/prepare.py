@@ -103,7 +103,16 @@ class PrepareSettings:
     node: str
     plugin_dir: Path  # <kubelet plugins dir>/compute-domain.nvidia.com
     cdi_root: Path
-    driver_namespace: str  # the only namespace whose daemon claims are prepared
+    driver_namespace: str  # where the controller creates daemon DaemonSets (and their claims)
+    # More namespaces the controller manages daemon DaemonSets in (ADDITIONAL_NAMESPACES): an earlier
+    # install's DaemonSets there are reused, so their claims are prepared too.
+    additional_namespaces: tuple[str, ...] = ()
+
+    @property
+    def daemon_namespaces(self) -> tuple[str, ...]:
+        """The namespaces whose daemon claims are prepared: the driver namespace first."""
+        return tuple(dict.fromkeys((self.driver_namespace, *filter(None, self.additional_namespaces))))
+
     proc_devices: str = cdi.DEFAULT_PROC_DEVICES
     fabric_imex_mgmt_cap: str = cdi.FABRIC_IMEX_MGMT_CAP
     host_managed: bool = False
@@ -331,7 +340,7 @@ class DeviceState:
             raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
         domain = await self._domain(opaque.config.domain_id, "compute domain", permanent=True)
         await authorize_daemon_claim(
-            claim, domain, driver_namespace=s.driver_namespace, node=s.node, cluster=self.cluster
+            claim, domain, namespaces=s.daemon_namespaces, node=s.node, cluster=self.cluster
         )
         root = domain_dir(s.plugin_dir, domain.uid)  # only from a validated uid, after the checks
         await asyncio.to_thread(write_domain_dir, root)

@@ -4,6 +4,7 @@ plugin's directory: what a tenant (or a compromised daemon) could try, each refu
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,24 @@ async def test_a_tenant_claim_naming_another_namespaces_domain_is_refused(node: 
     rec = node.state.book.get(D1)
     assert rec is not None and not rec.last_error_retriable and "driver namespace" in rec.last_error
     assert node.cluster.pod_reads == 0  # refused before any read
+
+
+async def test_a_daemon_claim_in_an_additional_namespace_is_prepared_and_a_tenants_still_refused(
+    node: Node,
+) -> None:
+    """The controller reuses an earlier install's DaemonSet in an ADDITIONAL_NAMESPACES entry: its daemon
+    pods' claims are prepared (the owner pod is read in that namespace); a tenant's namespace stays refused."""
+    node.settings = replace(node.settings, additional_namespaces=("old-install",))
+    state = await node.restart()
+    tenant = "a0000000-0000-4000-8000-0000000000d2"
+    node.cluster.add_pod(daemon_pod(DOM1, namespace="team-b"))
+    with pytest.raises(DaemonClaimRefused, match=r"one of the driver's namespaces \(nvidia, old-install\)"):
+        await state.prepare(parse_claim(daemon_claim(tenant, DOM1, namespace="team-b")), 0)
+    assert not cdi.claim_spec_path(node.settings.cdi_root, tenant).exists()
+
+    node.cluster.add_pod(daemon_pod(DOM1, namespace="old-install"))
+    prepared = await state.prepare(parse_claim(daemon_claim(D1, DOM1, namespace="old-install")), 0)
+    assert prepared and cdi.claim_spec_path(node.settings.cdi_root, D1).exists()
 
 
 def _no_owner(c: dict[str, Any], pod: dict[str, Any]) -> None:
