@@ -75,13 +75,12 @@ async def authorize_daemon_claim(
     `namespaces`: the driver namespace, then the additional namespaces the controller manages."""
     namespace = claim.ref.namespace
     if namespace not in namespaces:
-        allowed = namespaces[0] if len(namespaces) == 1 else ", ".join(namespaces)
-        raise _refuse(
-            claim,
-            f"the claim must be in the driver namespace {allowed!r}, not {echo(namespace, 100)}"
+        where = (
+            f"the driver namespace {namespaces[0]!r}"
             if len(namespaces) == 1
-            else f"the claim must be in one of the driver's namespaces ({allowed}), not {echo(namespace, 100)}",
+            else f"one of the driver's namespaces ({', '.join(namespaces)})"
         )
+        raise _refuse(claim, f"the claim must be in {where}, not {echo(namespace, 100)}")
     owner = _owner_pod(claim)
     if not any(
         r.resource == "pods" and r.uid == owner.uid and r.name == owner.name for r in claim.reserved_for

@@ -4,8 +4,8 @@ plugin's directory: what a tenant (or a compromised daemon) could try, each refu
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,8 @@ async def test_a_daemon_claim_in_an_additional_namespace_is_prepared_and_a_tenan
     node: Node,
 ) -> None:
     """The controller reuses an earlier install's DaemonSet in an ADDITIONAL_NAMESPACES entry: its daemon
-    pods' claims are prepared (the owner pod is read in that namespace); a tenant's namespace stays refused."""
+    pods' claims are prepared (the owner pod is read in that namespace); a tenant's namespace stays
+    refused."""
     node.settings = replace(node.settings, additional_namespaces=("old-install",))
     state = await node.restart()
     tenant = "a0000000-0000-4000-8000-0000000000d2"
