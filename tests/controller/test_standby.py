@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+from prometheus_client import generate_latest
 from structlog.testing import capture_logs
 
 from cdctl.controller.manager import ControllerManager
@@ -82,6 +83,13 @@ async def test_a_standby_records_what_it_sees_writes_nothing_and_takes_over_befo
         assert standby.synced.is_set() and not standby.leading and standby.queue.depth == 0
         assert cluster.server.audit.writes(pod="controller-b") == []
         assert cluster.server.audit.select(pod="controller-b", resource="leases", verbs={"get"})
+        # Only the leader reports the domains, so a sum over both replicas stays right.
+        standby_metrics = generate_latest(standby.metrics.registry).decode()
+        assert "cdctl_controller_leader 0.0" in standby_metrics
+        assert "nvidia_dra_compute_domain_info{" not in standby_metrics
+        leader_metrics = generate_latest(leader.metrics.registry).decode()
+        assert "cdctl_controller_leader 1.0" in leader_metrics
+        assert 'nvidia_dra_compute_domain_info{status="' in leader_metrics
 
         # The leader dies without releasing the Lease (kill -9: nothing runs after it).
         assert leader.elector is not None and standby.elector is not None
