@@ -69,6 +69,7 @@ async def test_one_leader_and_a_standby_that_takes_over_when_the_leader_dies(tmp
 async def test_a_leader_that_loses_its_lease_stops(tmp_path: Path) -> None:
     async with Cluster(tmp_path) as cluster:
         task, manager = await cluster.start_controller(pod_name="controller-a", leader_election=LEASE)
+        await eventually(lambda: manager.leading)  # synced is not leading: a standby syncs too
         lease = cluster.get("coordination.k8s.io", "leases", DRIVER_NAMESPACE, "cdctl-controller")
         lease["spec"]["holderIdentity"] = "intruder"
         lease["spec"]["leaseDurationSeconds"] = 3600
