@@ -3,8 +3,9 @@
 Called by the prepare/unprepare path (cdctl.plugin.prepare) and at plugin start-up. `ClaimBook.load` folds
 every `claim/<uid>` stream into `ClaimRecord`s (cdctl.domain.claims.fold); `append` writes a decision's events
 atomically with the stream version it was based on (optimistic concurrency) and folds them into memory only
-after they are durable. `observe_boot` records the boot id and invalidates the prepared claims of an older
-boot (the Go driver's checkpoint invalidation, issue 951).
+after they are durable (a write begun is finished and folded even if its caller is cancelled).
+`observe_boot` records the boot id and invalidates the prepared claims of an older boot (the Go driver's
+checkpoint invalidation, issue 951).
 
 The book is also a projection (`ClaimBookProjection`, snapshot-only) so that compaction keeps it: at the
 horizon it keeps every claim still active and the plugin stream's version and boot id, and `load` starts
@@ -14,6 +15,7 @@ version is kept by the store (stream_versions), and a first append for it asks t
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -179,6 +181,12 @@ class ClaimBook:
         probe = current
         for i, ev in enumerate(events, start=1):
             probe = c.fold(probe, ev, current.version + i)
+        # Shielded: a caller cancelled at its deadline must not leave a durable write unfolded in memory.
+        return await asyncio.shield(self._write(uid, events, current, expected))
+
+    async def _write(
+        self, uid: str, events: Sequence[DomainEvent], current: c.ClaimRecord, expected: int
+    ) -> c.ClaimRecord:
         recorded = await self.store.append(
             c.claim_stream(uid), [NewEvent.of(ev, actor=self.actor) for ev in events], expected
         )

@@ -20,7 +20,7 @@ from tests.chart.conftest import CHART_DIR, render_objects
 def _retention_env(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     found = {}
     for obj in objects:
-        if obj["kind"] in ("Deployment", "DaemonSet"):
+        if obj["kind"] in ("StatefulSet", "DaemonSet"):
             [container] = obj["spec"]["template"]["spec"]["containers"]
             env = {e["name"]: e.get("value") for e in container.get("env", [])}
             found[obj["kind"]] = {k: v for k, v in env.items() if k.startswith("CDCTL_RETENTION_")}
@@ -31,13 +31,15 @@ def test_both_components_keep_their_logs_under_the_default_bounds(helm_chart: hc
     defaults = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["eventLog"]["retention"]
     assert (defaults["age"], defaults["size"]) == (DEFAULT_AGE, DEFAULT_SIZE)
     expected = {"CDCTL_RETENTION_AGE": DEFAULT_AGE, "CDCTL_RETENTION_SIZE": DEFAULT_SIZE}
-    assert _retention_env(render_objects(helm_chart)) == {"Deployment": expected, "DaemonSet": expected}
+    assert _retention_env(render_objects(helm_chart)) == {"StatefulSet": expected, "DaemonSet": expected}
 
 
 def test_set_bounds_reach_both_components_as_the_components_read_them(helm_chart: hc.Chart) -> None:
     values = {"eventLog": {"retention": {"age": "7d", "size": 0}}}
     env = _retention_env(render_objects(helm_chart, values))
-    assert env["Deployment"] == env["DaemonSet"] == {"CDCTL_RETENTION_AGE": "7d", "CDCTL_RETENTION_SIZE": "0"}
+    assert (
+        env["StatefulSet"] == env["DaemonSet"] == {"CDCTL_RETENTION_AGE": "7d", "CDCTL_RETENTION_SIZE": "0"}
+    )
     assert (parse_age(env["DaemonSet"]["CDCTL_RETENTION_AGE"]), parse_size("0")) == (7 * 86400, 0)
 
 
