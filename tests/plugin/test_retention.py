@@ -30,7 +30,7 @@ from cdctl.projections.sinks import SqliteSink
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
-from tests.plugin.fakes import FakeCluster, channel_claim
+from tests.plugin.fakes import DOM1, FakeCluster, channel_claim
 from tests.plugin.test_app import U, config, seed_claim, serving_plugin, until
 from tests.store.compacting import compact_through
 
@@ -41,18 +41,18 @@ FAKE_NVML = nvml.FakeDeviceLib(cluster_uuid=U, clique_id=7)
 async def test_the_claim_checkpoint_survives_compaction_and_a_restart(tmp_path: Path) -> None:
     settings = node_settings(tmp_path)
     cluster = FakeCluster()
-    cluster.domains["dom-1"] = DomainInfo("dom-1", "cd", "default")
-    cluster.ready.add(("dom-1", "node-a"))
+    cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
+    cluster.ready.add((DOM1, "node-a"))
     fabric = FabricStatus(clique_id=CLIQUE)
     path = tmp_path / "events.db"
     async with await SqliteEventStore.open(path) as store:
         book = await ClaimBook.load(store, "node-a")
         await book.observe_boot("boot-1")
         state = DeviceState(settings, book, cluster, fabric)
-        await state.prepare(parse_claim(channel_claim("c2", "dom-1")), 0)
+        await state.prepare(parse_claim(channel_claim("c2", DOM1)), 0)
         await state.unprepare(ClaimRef("c2", "default", "rc"))
         ended = await store.stream_version(c.claim_stream("c2"))
-        kept = await state.prepare(parse_claim(channel_claim("c1", "dom-1")), 0)
+        kept = await state.prepare(parse_claim(channel_claim("c1", DOM1)), 0)
         runner = ProjectionRunner(store, lifecycle_projections())
         await runner.start()
         await runner.catch_up()
@@ -67,9 +67,9 @@ async def test_the_claim_checkpoint_survives_compaction_and_a_restart(tmp_path: 
         assert record is not None and record.completed and list(record.devices) == kept
         assert book.get("c2") is None  # it ended before the horizon: it holds nothing
         state = DeviceState(settings, book, cluster, fabric)
-        assert await state.prepare(parse_claim(channel_claim("c1", "dom-1")), book.version("c1")) == kept
+        assert await state.prepare(parse_claim(channel_claim("c1", DOM1)), book.version("c1")) == kept
         assert await state.unprepare(ClaimRef("c1", "default", "rc"))  # its stream version carried on
-        assert await state.prepare(parse_claim(channel_claim("c2", "dom-1")), book.version("c2"))
+        assert await state.prepare(parse_claim(channel_claim("c2", DOM1)), book.version("c2"))
         versions = [e.version for e in await store.read_stream(c.claim_stream("c2"))]
         assert versions == [ended + 1, ended + 2, ended + 3, ended + 4]  # the removed ones are not reused
         assert [r.claim_uid for r in await book.observe_boot("boot-2")] == ["c2"]
