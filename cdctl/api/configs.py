@@ -3,7 +3,10 @@
 Called by the kubelet plugin's prepare path (strict decoding of the configs users and the controller put in
 ResourceClaims and DeviceClasses) and unprepare path (lenient decoding of what was already accepted), and by
 the controller when it renders claim templates. Every decoding or validation error names the object and the
-field. Unlike the Go driver, an `allocationMode` other than "", Single or All is rejected.
+field. Unlike the Go driver, an `allocationMode` other than "", Single or All is rejected. The chart's
+admission policy (charts/cdctl/files/admission-policies.yaml, docs/admission.md) refuses the same configs at
+`kubectl apply` with the same words, so a value in a message is quoted plainly ('x', no escaping), as CEL can
+write it too.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class ChannelConfig:
             raise InvalidInput(obj, "domainID", "domainID cannot be empty")
         if self.allocation_mode not in ALLOCATION_MODES:
             raise InvalidInput(
-                obj, "allocationMode", f"unknown allocationMode {self.allocation_mode!r} (want Single or All)"
+                obj, "allocationMode", f"unknown allocationMode '{self.allocation_mode}' (want Single or All)"
             )
 
     @property
@@ -98,14 +101,14 @@ def decode_config(raw: Any, *, strict: bool, obj: str) -> DeviceConfig:
     kind = _string(data, "kind", obj)
     if api_version != API_VERSION:
         raise InvalidInput(
-            obj, "apiVersion", f"error decoding config parameters: unsupported apiVersion {api_version!r}"
+            obj, "apiVersion", f"error decoding config parameters: unsupported apiVersion '{api_version}'"
         )
     if kind == CHANNEL_CONFIG_KIND:
         allowed = _CHANNEL_FIELDS
     elif kind == DAEMON_CONFIG_KIND:
         allowed = _DAEMON_FIELDS
     else:
-        raise InvalidInput(obj, "kind", f"error decoding config parameters: unsupported kind {kind!r}")
+        raise InvalidInput(obj, "kind", f"error decoding config parameters: unsupported kind '{kind}'")
     if strict:
         for key in data:
             if key not in allowed:

@@ -4,8 +4,8 @@
 parses `/api/v1/...` and `/apis/<group>/<version>/...` paths (namespaced and cluster-wide), answers discovery,
 and maps the verbs: GET, LIST (with selectors and limit/continue), WATCH (cdctl.sim.apiserver.watchstream),
 POST, PUT, PATCH, DELETE and deletecollection, plus the `status` and pods `binding` subresources.
-Every write is made as the request's user (cdctl.sim.apiserver.identity), whom the stored admission policies
-see. Every ApiError becomes a Status body.
+Every write is made as the request's user (cdctl.sim.apiserver.identity), in the version it was sent in: both
+are what the stored admission policies see. Every ApiError becomes a Status body.
 """
 
 from __future__ import annotations
@@ -259,6 +259,7 @@ class ApiRoutes:
             self._in(target, body),
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, created, status=201)
 
@@ -273,6 +274,7 @@ class ApiRoutes:
             subresource=target.subresource,
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, updated)
 
@@ -295,6 +297,7 @@ class ApiRoutes:
             subresource=target.subresource,
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, patched)
 
@@ -311,6 +314,7 @@ class ApiRoutes:
             preconditions=options.get("preconditions"),
             dry_run=bool(request.query.get("dryRun") or options.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, deleted)
 
@@ -320,6 +324,7 @@ class ApiRoutes:
             target.namespace,
             self._filter(request, target.resource_type),
             user=self._user(request),
+            served=target.resource_type,
         )
         resource_type = target.resource_type
         return _json(
