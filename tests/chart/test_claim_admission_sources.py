@@ -19,7 +19,7 @@ from helm_python import chart as hc
 from cdctl.controller import render
 from cdctl.k8s.errors import KubeApiError
 from cdctl.k8s.plugincluster import connect, disconnect
-from cdctl.sim.apiserver.identity import ADMIN, service_account_token
+from cdctl.sim.apiserver.identity import ADMIN, service_account_token, user_for_token
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.sim.rack import chart as sim_chart
 from tests.chart.claimadmission import (
@@ -94,7 +94,11 @@ def test_daemon_claims_come_from_the_controller_or_from_a_pods_template(cluster:
         f"ResourceClaim {TENANT_NS}/d3: spec.devices.config[0].opaque.{DAEMON_WORDS}, or from the "
         f"resource-claim controller for a pod's ResourceClaimTemplate, not from {KCM.username}"
     )
-    for user in (TENANT, ADMIN):
+    # A compromised daemon pod's own token is no better than a tenant's.
+    daemon_pod = user_for_token(
+        service_account_token(NAMESPACE, "compute-domain-daemon-service-account", pod="d", node="n1")
+    )
+    for user in (TENANT, ADMIN, daemon_pod):
         assert cluster.refusal({**body, "metadata": {**body["metadata"], "name": "d4"}}, user=user).endswith(
             f"not from {user.username}"
         )

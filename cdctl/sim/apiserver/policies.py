@@ -193,9 +193,6 @@ class Policy:
             return None
         return self._match(self.rules, request, registry)
 
-    def matches(self, request: AdmissionRequest) -> bool:
-        return self.match(request) is not None
-
     def decide(self, request: AdmissionRequest) -> tuple[str, str] | None:
         """None when the request passes (or the policy does not apply); else (reason, message)."""
         return self.evaluate(request)[1]
