@@ -63,6 +63,13 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     help="The driver namespace (where ComputeDomainCliques live).",
 )
 @click.option(
+    "--additional-namespaces",
+    envvar="ADDITIONAL_NAMESPACES",
+    default="",
+    help="Comma list of more namespaces where the controller manages daemon DaemonSets (their claims are "
+    "prepared too).",
+)
+@click.option(
     "--cdi-root",
     envvar="CDI_ROOT",
     default="/etc/cdi",
@@ -188,6 +195,7 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 def kubelet_plugin(
     node_name: str,
     namespace: str,
+    additional_namespaces: str,
     cdi_root: Path,
     http_endpoint: str,
     metrics_path: str,
@@ -217,6 +225,7 @@ def kubelet_plugin(
     cfg = PluginConfig(
         node_name=node_name,
         namespace=namespace,
+        additional_namespaces=tuple(n.strip() for n in additional_namespaces.split(",") if n.strip()),
         cdi_root=cdi_root,
         registrar_dir=kubelet_registrar_directory_path,
         plugins_dir=kubelet_plugins_directory_path,

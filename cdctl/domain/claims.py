@@ -3,7 +3,9 @@
 Every transition of a prepared claim is an event in stream `claim/<uid>` of the node's event log; the
 projections (claim_lifecycle, channel_allocations, checkpoint_transitions) and the plugin's restart path fold
 them. States: PrepareStarted -> PrepareCompleted -> Unprepared, plus PrepareFailed and Invalidated (the node
-rebooted). A Prepare for an allocation that was already unprepared is fenced (ClaimPrepareFenced).
+rebooted). A Prepare for an allocation that was already unprepared is fenced (ClaimPrepareFenced). A repeated
+Prepare of a completed claim that finds its CDI spec or domain directory missing or changed rewrites them and
+records ClaimPrepareRepaired (the state stays PrepareCompleted).
 
 `ClaimRecord` is the pure fold of one claim stream that the plugin keeps in memory (its checkpoint), rebuilt
 from the log on restart. Stream `plugin/<node>` carries `PluginStarted` (the boot id that invalidation uses).
@@ -142,6 +144,22 @@ class ClaimPrepareFenced(DomainEvent):
     reason: str
 
 
+@event_type("ClaimPrepareRepaired", version=1)
+@dataclass(frozen=True, slots=True)
+class ClaimPrepareRepaired(DomainEvent):
+    """A Prepare of a completed claim found what it had written gone or changed and wrote it again.
+
+    `repaired` names each thing rewritten: "cdi-spec" (the claim's CDI spec at `cdi_path`) and/or
+    "domain-dir" (a daemon's domain directory and its IMEX config template at `domain_dir`); `reason` says
+    what was found (e.g. "CDI spec missing")."""
+
+    claim_uid: str
+    repaired: list[str] = field(default_factory=list)
+    reason: str = ""
+    cdi_path: str = ""
+    domain_dir: str = ""
+
+
 # Which state each event moves a claim to; events absent here do not change the state.
 TARGET_STATE: dict[str, ClaimState] = {
     ClaimPrepareStarted.TYPE: ClaimState.PREPARE_STARTED,
@@ -268,6 +286,8 @@ def fold(record: ClaimRecord, event: DomainEvent, version: int) -> ClaimRecord:
         return dataclasses.replace(r, channels=tuple(c for c in r.channels if c not in gone))
     if isinstance(event, CdiSpecWritten):
         return dataclasses.replace(r, cdi_path=event.path, device_ids=tuple(event.device_ids))
+    if isinstance(event, ClaimPrepareRepaired):
+        return dataclasses.replace(r, cdi_path=event.cdi_path or r.cdi_path)
     if isinstance(event, ClaimPrepareCompleted):
         return dataclasses.replace(
             r, device_ids=tuple(event.device_ids), devices=tuple(event.devices), last_error=""

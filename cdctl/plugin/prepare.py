@@ -8,7 +8,10 @@ PrepareFailed; Unprepare appends ChannelReleased + Unprepared. A prepare attempt
 was last unprepared or invalidated is fenced (Go issue 1162). Under HostManagedIMEX (`host_managed`) a
 channel claim is prepared without a node label or a readiness wait, `check_host_managed_config` refuses any
 allocationMode but unset/Single and every daemon claim, a node without a clique is refused, and unprepare
-leaves node labels alone; each refusal is a permanent ClaimPrepareFailed in the claim's stream.
+leaves node labels alone; each refusal is a permanent ClaimPrepareFailed in the claim's stream. A daemon
+claim is prepared only for the controller's daemon pod of an existing domain on this node
+(cdctl.plugin.daemonclaims), checked before its domain directory is built. A repeated Prepare of a completed
+claim repairs a missing or changed CDI spec or domain directory before it answers (cdctl.plugin.repair).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import asyncio
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import DomainEvent
 from cdctl.plugin import cdi
 from cdctl.plugin.checkpoint import ClaimBook
+from cdctl.plugin.daemonclaims import DOMAINS_DIR, authorize_daemon_claim, domain_dir
 from cdctl.plugin.devices import (
     CHANNEL,
     DAEMON,
@@ -39,17 +42,19 @@ from cdctl.plugin.devices import (
     ClaimRef,
     OpaqueConfig,
     assert_imex_channel_not_allocated,
+    claim_object_name,
     device_type,
     get_config_results_map,
     get_opaque_device_configs,
     requested_non_admin_devices,
     validate_no_overlapping_prepared_devices,
 )
+from cdctl.plugin.edits import DeviceFacts, channel_device, daemon_device, write_domain_dir
 from cdctl.plugin.ports import ClusterPort
+from cdctl.plugin.repair import RepairContext, repair_completed
 
 log = structlog.get_logger("cdctl.plugin.prepare")
 
-TEMPLATE_NAME = "compute-domain-daemon-config.tmpl.cfg"
 NOT_READY_DELAY = 0.5
 HOST_MANAGED_ALLOCATION_MODES = ("", ALLOCATION_MODE_SINGLE)
 NO_CLIQUE_UNDER_HOST_MANAGED = "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
@@ -98,6 +103,16 @@ class PrepareSettings:
     node: str
     plugin_dir: Path  # <kubelet plugins dir>/compute-domain.nvidia.com
     cdi_root: Path
+    driver_namespace: str  # where the controller creates daemon DaemonSets (and their claims)
+    # More namespaces the controller manages daemon DaemonSets in (ADDITIONAL_NAMESPACES): an earlier
+    # install's DaemonSets there are reused, so their claims are prepared too.
+    additional_namespaces: tuple[str, ...] = ()
+
+    @property
+    def daemon_namespaces(self) -> tuple[str, ...]:
+        """The namespaces whose daemon claims are prepared: the driver namespace first."""
+        return tuple(dict.fromkeys((self.driver_namespace, *filter(None, self.additional_namespaces))))
+
     proc_devices: str = cdi.DEFAULT_PROC_DEVICES
     fabric_imex_mgmt_cap: str = cdi.FABRIC_IMEX_MGMT_CAP
     host_managed: bool = False
@@ -130,7 +145,7 @@ class DeviceState:
         self.cluster = cluster
         self.fabric = fabric
         self.lock = asyncio.Lock()
-        self._majors: dict[str, int] = {}
+        self.facts = DeviceFacts(settings.proc_devices, settings.fabric_imex_mgmt_cap)
         # PrepareStarted waits here until the attempt's first write, so it commits with it (one fsync less).
         self._pending: dict[str, list[DomainEvent]] = {}
 
@@ -169,13 +184,14 @@ class DeviceState:
             raise PrepareFenced(reason)
         if rec is not None and rec.completed:
             if rec.allocation == claim.allocation_id:
+                await self._repair(claim, rec)
                 return [dict(d) for d in rec.devices]
             raise RetriableError(
                 f"claim {claim.ref} is prepared for another allocation; waiting for its unprepare"
             )
         await self._start(claim, rec)
         validate_no_overlapping_prepared_devices(claim, self.book.records())
-        obj = f"ResourceClaim {claim.ref.namespace}/{claim.ref.name}"
+        obj = claim_object_name(claim.ref.namespace, claim.ref.name)
         configs = get_opaque_device_configs(claim.configs, strict=True, obj=obj)
         out = _Prepared()
         for opaque, results in get_config_results_map(claim, configs):
@@ -199,6 +215,17 @@ class DeviceState:
         await self._append(uid, events)
         log.info("prepared claim", claim=str(claim.ref), devices=ids)
         return out.devices
+
+    async def _repair(self, claim: AllocatedClaim, rec: c.ClaimRecord) -> None:
+        """Rewrite what a completed claim's first Prepare wrote if it is gone or changed (an event if so)."""
+        s = self.settings
+        ctx = RepairContext(
+            s.plugin_dir, s.cdi_root, self.fabric.clique_id, self.facts, s.fsync,
+            lambda uid: self._domain(uid, "compute domain", permanent=True),
+        )  # fmt: skip
+        repaired = await repair_completed(ctx, claim, rec)
+        if repaired is not None:
+            await self.book.append(claim.ref.uid, [repaired])
 
     def _peek(self, claim: AllocatedClaim) -> tuple[str, str]:
         """Best-effort (kind, domain uid) for the PrepareStarted event; the strict pass comes after."""
@@ -254,15 +281,14 @@ class DeviceState:
             return  # the same retriable condition again: one event is enough
         await self.book.append(uid, [c.ClaimPrepareFailed(uid, reason, retriable)])
 
-    def _major(self, name: str) -> int:
-        if name not in self._majors:
-            self._majors[name] = cdi.device_major(name, self.settings.proc_devices)
-        return self._majors[name]
-
-    async def _domain(self, domain_id: str, what: str) -> DomainInfo:
+    async def _domain(self, domain_id: str, what: str, permanent: bool = False) -> DomainInfo:
+        """The ComputeDomain with this uid. A miss is retriable for a channel claim (permanent in the Go
+        driver; a domain created a moment ago may not be listed yet); a daemon claim (`permanent`) is made by
+        the controller only after its domain exists, so there a miss (after a fresh listing) is final."""
         domain = await self.cluster.get_compute_domain(domain_id)
         if domain is None:
-            # Permanent in the Go driver; an informer that has not caught up yet makes it retriable here.
+            if permanent:
+                raise PermanentError(f"{what} not found: {domain_id}: daemon claims need an existing domain")
             raise RetriableError(f"{what} not found: {domain_id}", delay=NOT_READY_DELAY)
         return domain
 
@@ -297,12 +323,9 @@ class DeviceState:
                     watched=self.cluster.readiness_watched(clique),
                 )
         result = results[0]
-        ids: list[str] = []
-        if clique:
-            major = self._major(cdi.CHANNEL_DEVICE_MAJOR_NAME)
-            nodes = tuple(cdi.channel_device_node(n, major) for n in range(count))
-            out.cdi_devices.append(cdi.ClaimDevice(result.device, cdi.ContainerEdits(device_nodes=nodes)))
-            ids.append(cdi.claim_device_id(uid, result.device))
+        device, ids = channel_device(uid, result.device, count, clique, self.facts)
+        if device is not None:
+            out.cdi_devices.append(device)
         out.devices.append(_device_entry(result, ids))
 
     async def _apply_daemon(
@@ -315,37 +338,18 @@ class DeviceState:
             )
         if self.fabric.pending is not None:
             raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
-        domain_id = opaque.config.domain_id
-        root = s.plugin_dir / "domains" / domain_id
-        await asyncio.to_thread(self._write_template, root)
-        domain = await self._domain(domain_id, "compute domain")
-        clique = self.fabric.clique_id
-        env = (
-            f"CLIQUE_ID={clique}",
-            f"COMPUTE_DOMAIN_UUID={domain.uid}",
-            f"COMPUTE_DOMAIN_NAME={domain.name}",
-            f"COMPUTE_DOMAIN_NAMESPACE={domain.namespace}",
+        domain = await self._domain(opaque.config.domain_id, "compute domain", permanent=True)
+        await authorize_daemon_claim(
+            claim, domain, namespaces=s.daemon_namespaces, node=s.node, cluster=self.cluster
         )
-        nodes: tuple[cdi.DeviceNode, ...] = ()
-        if clique:
-            cap = cdi.read_capability(s.fabric_imex_mgmt_cap)
-            major = self._major(cdi.CAPS_DEVICE_MAJOR_NAME)
-            nodes = (cdi.DeviceNode(f"/dev/nvidia-caps/nvidia-cap{cap.minor}", major, cap.minor, cap.mode),)
-        edits = cdi.ContainerEdits(env=env, device_nodes=nodes, mounts=(cdi.Mount(str(root), "/imexd"),))
+        root = domain_dir(s.plugin_dir, domain.uid)  # only from a validated uid, after the checks
+        await asyncio.to_thread(write_domain_dir, root)
         result = results[0]
-        out.cdi_devices.append(cdi.ClaimDevice(result.device, edits))
-        ids = [cdi.BASE_DEVICE_ID, cdi.claim_device_id(claim.ref.uid, result.device)]
+        device, ids = daemon_device(
+            claim.ref.uid, result.device, domain, root, self.fabric.clique_id, self.facts
+        )
+        out.cdi_devices.append(device)
         out.devices.append(_device_entry(result, ids))
-
-    @staticmethod
-    def _write_template(root: Path) -> None:
-        root.mkdir(mode=0o755, parents=True, exist_ok=True)
-        text = (resources.files("cdctl.plugin") / "templates" / TEMPLATE_NAME).read_text()
-        target = root / "imexd.cfg.tmpl"
-        tmp = root / ".imexd.cfg.tmpl.tmp"
-        tmp.write_text(text)
-        tmp.chmod(0o644)
-        tmp.replace(target)
 
     # -------------------------------------------------------------- unprepare
 
@@ -414,7 +418,7 @@ class DeviceState:
         The IMEX daemon's event log in that directory (its default, /imexd/events.db) is kept, moved to
         `imex-history/<uid>.db` beside it: why IMEX restarted on this node must outlive the domain.
         """
-        base = self.settings.plugin_dir / "domains"
+        base = self.settings.plugin_dir / DOMAINS_DIR
         removed: list[str] = []
         if not base.is_dir():
             return removed

@@ -144,6 +144,16 @@ async def test_the_command_runs_host_managed_and_its_summary_points_at_real_logs
     assert code == 0 and "Unprepared" in rows
 
 
+def _assert_repairs_recorded(db: Path, claims: list[str]) -> None:
+    """The node's log holds one ClaimPrepareRepaired per claim whose lost spec was written again, no more."""
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = connection.execute("SELECT stream FROM events WHERE type = 'ClaimPrepareRepaired'").fetchall()
+    finally:
+        connection.close()
+    assert sorted(stream for (stream,) in rows) == sorted(f"claim/{claim}" for claim in claims)
+
+
 def _restart_a_workers_kubelet(lose_spec: bool) -> Callable[[Rack], Awaitable[None]]:
     """Restart the kubelet of the first worker's node (deleting the worker's claim CDI spec while it is down
     if `lose_spec`); then it must prepare the worker's claim again and the worker's CDI devices must still
@@ -174,6 +184,7 @@ def _restart_a_workers_kubelet(lose_spec: bool) -> Callable[[Rack], Awaitable[No
             pods = rack.store.type_of("", "pods")
             ready = pod_is_ready(rack.store.get(pods, "team-a", worker["metadata"]["name"]))
             if ready and has_channel0(rack, node, kubelet.cdi_devices(uid)):
+                _assert_repairs_recorded(rack.plugin_db(node), claims if lose_spec else [])
                 return
             await asyncio.sleep(0.2)
         raise AssertionError(
@@ -191,12 +202,6 @@ async def test_a_restarted_kubelet_prepares_its_running_workers_again(work_dir: 
         assert report.problems == [] and report.ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the plugin answers a repeated Prepare from its event log without writing the claim's CDI spec "
-    "again; passes once a re-prepare repairs a missing spec (then drop this mark)",
-)
 async def test_a_restarted_kubelet_finds_a_lost_cdi_spec_written_again(work_dir: Path) -> None:
     async with Rack(RackSettings(work_dir, nodes_per_rack=2, probe_period_s=1.0)) as rack:
         plans = [DomainPlan("nvl", "team-a", workers=2)]

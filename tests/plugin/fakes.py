@@ -9,6 +9,17 @@ from cdctl.api.refs import DomainInfo
 from cdctl.domain.errors import RetriableError
 
 DRIVER = "compute-domain.nvidia.com"
+# ComputeDomain uids (configs must name a UUID).
+DOM1 = "d0000000-0000-4000-8000-000000000001"
+DOM2 = "d0000000-0000-4000-8000-000000000002"
+DOM9 = "d0000000-0000-4000-8000-000000000009"
+DOM_GONE = "d0000000-0000-4000-8000-00000000dead"
+DOM_OTHER = "d0000000-0000-4000-8000-0000000000ff"
+# ResourceClaim uids, for what goes through the driver (a claim reference's uid must be a UUID).
+C1 = "c0000000-0000-4000-8000-000000000001"
+C2 = "c0000000-0000-4000-8000-000000000002"
+MISSING = "c0000000-0000-4000-8000-00000000000e"
+NEVER = "c0000000-0000-4000-8000-00000000000f"
 API = "resource.nvidia.com/v1beta1"
 
 
@@ -30,6 +41,8 @@ class FakeCluster:
         self.readiness_is_watched = False
         self.events: list[tuple[str, str, str]] = []
         self.claim_lookup_error: Exception | None = None
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pod_reads = 0
         self._ready_changed = asyncio.Condition()
 
     def cached_claim(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
@@ -41,6 +54,10 @@ class FakeCluster:
         if self.claim_lookup_error is not None:
             raise self.claim_lookup_error
         return self.claims.get((namespace, name))
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.pod_reads += 1
+        return self.pods.get((namespace, name))
 
     async def get_compute_domain(self, uid: str) -> DomainInfo | None:
         return self.domains.get(uid)
@@ -72,6 +89,11 @@ class FakeCluster:
 
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
         self.events.append((node, reason, message))
+
+    def add_pod(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        self.pods[(meta["namespace"], meta["name"])] = obj
+        return obj
 
     def add_claim(self, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]
@@ -138,11 +160,59 @@ def channel_claim(
     )
 
 
-def daemon_claim(uid: str, domain: str, name: str = "daemon-rc", namespace: str = "nvidia") -> dict[str, Any]:
-    return claim_obj(
+DAEMON_POD = "computedomain-daemon-pod"
+DAEMON_POD_UID = "e0000000-0000-4000-8000-000000000001"
+
+
+def daemon_claim(
+    uid: str,
+    domain: str,
+    name: str = "daemon-rc",
+    namespace: str = "nvidia",
+    pod: str = DAEMON_POD,
+    pod_uid: str = DAEMON_POD_UID,
+) -> dict[str, Any]:
+    """A daemon claim as Kubernetes makes it from the daemon template for pod `pod`: owned by and reserved
+    for that pod."""
+    obj = claim_obj(
         uid,
         name,
         namespace,
         results=[result("daemon", "daemon-0")],
         configs=[opaque("ComputeDomainDaemonConfig", domain, ["daemon"])],
     )
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": pod_uid, "controller": True}
+    ]
+    obj["status"]["reservedFor"] = [{"resource": "pods", "name": pod, "uid": pod_uid}]
+    return obj
+
+
+def daemon_pod(
+    domain: str,
+    node: str = "node-a",
+    name: str = DAEMON_POD,
+    uid: str = DAEMON_POD_UID,
+    namespace: str = "nvidia",
+) -> dict[str, Any]:
+    """A pod of the domain's daemon DaemonSet on `node`, as the DaemonSet controller makes it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "labels": {"resource.nvidia.com/computeDomain": domain},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": f"computedomain-daemon-{domain}",
+                    "uid": "f0000000-0000-4000-8000-000000000001",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"nodeName": node},
+    }

@@ -105,6 +105,7 @@ class Rack:
             log_dir=self.logs_dir / "pods",
             base_env=self.base_env,
             probe_period_s=settings.probe_period_s,
+            service_account_kubeconfig=self._pod_kubeconfig,
         )
         # Each kubelet also passes every tick (probes, retries); on a big rack that adds up in this process.
         tick_s = max(KUBELET_TICK_S, len(self.topology.nodes) / NODES_PER_KUBELET_TICK_S)
@@ -234,6 +235,19 @@ class Rack:
             gpus = {GPU_RESOURCE: str(len(fake.gpu_uuids) or GPUS_PER_NODE)}
             node["status"] = {**(node.get("status") or {}), "capacity": gpus, "allocatable": dict(gpus)}
             self.store.update(nodes, "", fake.name, node, subresource="status")
+
+    def _pod_kubeconfig(self, pod: dict[str, Any]) -> Path:
+        """What the kubelet mounts into a pod: a token of its service account bound to the pod and node."""
+        meta, spec = pod["metadata"], pod["spec"]
+        token = service_account_token(
+            meta["namespace"],
+            spec.get("serviceAccountName") or "default",
+            pod=meta["name"],
+            pod_uid=meta["uid"],
+            node=spec["nodeName"],
+        )
+        path = self.work_dir / "kubeconfigs" / f"{meta['namespace']}_{meta['name']}"
+        return self.cluster.apiserver.write_kubeconfig(path, token)
 
     def _kubeconfig_for(self, account: str, pod: str, node: str) -> Path:
         """A kubeconfig whose token is the chart's service account `account`, bound to `pod` on `node`."""
