@@ -16,6 +16,7 @@ from tests.chart.claimadmission import (
     CHANNEL_CLASS,
     TENANT,
     TENANT_NS,
+    UID,
     AdmissionCluster,
     channel,
     claim,
@@ -120,6 +121,38 @@ REFUSED: list[tuple[str, Any, str]] = [
         "parameters.kind: error decoding config parameters: kind must be a string",
     ),
     ("a list, not an object", ["x"], "parameters: error decoding config parameters: not a JSON object"),
+    (
+        "domainID not a uid",
+        channel(domainID="my-domain"),
+        "parameters.domainID: domainID must be a ComputeDomain uid (a UUID), got 'my-domain'",
+    ),
+    (
+        "domainID an uppercase uid",
+        daemon(domainID=UID.upper()),
+        f"parameters.domainID: domainID must be a ComputeDomain uid (a UUID), got '{UID.upper()}'",
+    ),
+    # Values are echoed cut to 200 characters, and a long field name to 60.
+    (
+        "a long allocationMode",
+        channel(allocationMode="x" * 300),
+        "parameters.allocationMode: unknown allocationMode '" + "x" * 199 + "... (302 characters) "
+        "(want Single or All)",
+    ),
+    (
+        "a long kind",
+        channel(kind="K" * 250),
+        "parameters.kind: error decoding config parameters: unsupported kind '"
+        + "K" * 199
+        + "... (252 characters)",
+    ),
+    (
+        "a long unknown field",
+        channel(**{"y" * 300: 1}),
+        "parameters."
+        + "y" * 60
+        + "...: error decoding config parameters: strict decoding error: unknown field "
+        '"' + "y" * 199 + "... (300 characters)",
+    ),
 ]
 ACCEPTED = [
     channel(),

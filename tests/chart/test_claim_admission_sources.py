@@ -275,7 +275,9 @@ async def test_a_tenant_sees_the_refusal_through_the_api(
                 await api.create(path, beta)
             good = copy.deepcopy(beta)
             good["metadata"]["name"] = "good"
-            del good["spec"]["devices"]["config"][0]["opaque"]["parameters"]["unexpectedField"]
+            parameters = good["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+            del parameters["unexpectedField"]
+            parameters["domainID"] = UID  # the fixture's "not-needed-for-test" is no uid
             await api.create(path, good)
         finally:
             await disconnect(api)

@@ -8,7 +8,9 @@ libraries to that; this module implements the part the simulator evaluates, with
 - `<list>.indexOf(x)` / `<list>.lastIndexOf(x)` (Kubernetes' list library, since 1.24): the first / last index
   of an element equal to `x` under CEL equality (`true` is not `1`), -1 when there is none;
 - `<string>.indexOf(s[, offset])` / `<string>.lastIndexOf(s[, offset])` (cel-go's strings extension): code
-  point indices, an offset outside the string is an error.
+  point indices, an offset outside the string is an error;
+- `<string>.substring(start[, end])` (cel-go's strings extension): the code points from `start` up to `end`
+  (the end of the string when left out); an index outside the string, or `start` after `end`, is an error.
 
 `NATIVE` names the functions the module evaluates itself and `LIBRARY` maps each name implemented here to its
 Python function; cdctl.sim.apiserver.policycel refuses an expression calling anything else, as a real server
@@ -102,4 +104,20 @@ def last_index_of(receiver: Any, element: Any, offset: int | None = None) -> int
     raise TypeError(f"no such overload: lastIndexOf on {type(receiver).__name__}")
 
 
-LIBRARY: Mapping[str, Callable[..., Any]] = {"indexOf": index_of, "lastIndexOf": last_index_of}
+def substring(text: Any, start: Any, end: Any = None) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"no such overload: substring on {type(text).__name__}")
+    stop = len(text) if end is None else end
+    for index in (start, stop):
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index <= len(text):
+            raise IndexError(f"index out of range: {index}")
+    if start > stop:
+        raise IndexError(f"invalid substring range. start: {start}, end: {stop}")
+    return text[start:stop]
+
+
+LIBRARY: Mapping[str, Callable[..., Any]] = {
+    "indexOf": index_of,
+    "lastIndexOf": last_index_of,
+    "substring": substring,
+}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from cdctl.sim.apiserver.cellibrary import cel_equal, index_of, last_index_of
+from cdctl.sim.apiserver.cellibrary import cel_equal, index_of, last_index_of, substring
 
 
 @pytest.mark.parametrize(
@@ -51,3 +51,14 @@ def test_string_index_of_counts_code_points_and_checks_the_offset() -> None:
         index_of("abc", 1)
     with pytest.raises(TypeError):
         index_of({"a": 1}, "a")
+
+
+def test_substring_takes_code_points_and_refuses_a_range_outside_the_string() -> None:
+    assert substring("héllo", 1, 3) == "él"
+    assert substring("hello", 2) == "llo"
+    assert substring("hello", 5) == ""
+    for start, end in ((6, None), (-1, 2), (3, 2), (0, 6)):
+        with pytest.raises(IndexError):
+            substring("hello", start, end)
+    with pytest.raises(TypeError):
+        substring(["h"], 0)
