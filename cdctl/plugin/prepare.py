@@ -4,7 +4,8 @@ Called by cdctl.plugin.driver for each claim of a NodePrepareResources / NodeUnp
 attempt each; the driver retries retriable errors within the kubelet's budget) and by the stale-claim sweep.
 Each attempt runs under the node lock. Events go to the claim stream before the world changes (node label,
 CDI file) and the outcome after: PrepareStarted, ChannelAllocated, CdiSpecWritten + PrepareCompleted, or
-PrepareFailed; Unprepare appends ChannelReleased + Unprepared. A prepare attempt that began before the claim
+PrepareFailed; Unprepare appends ChannelReleased + Unprepared and removes the node's label only when no other
+claim of the domain on this node holds it (cdctl.domain.claims.holds_node_label). A prepare attempt that began before the claim
 was last unprepared or invalidated is fenced (Go issue 1162). Under HostManagedIMEX (`host_managed`) a
 channel claim is prepared without a node label or a readiness wait, `check_host_managed_config` refuses any
 allocationMode but unset/Single and every daemon claim, a node without a clique is refused, and unprepare
@@ -56,6 +57,10 @@ from cdctl.plugin.repair import RepairContext, repair_completed
 log = structlog.get_logger("cdctl.plugin.prepare")
 
 NOT_READY_DELAY = 0.5
+# What the stale sweep looks at: claims that may hold something on the node for a ResourceClaim now gone.
+SWEPT_STATES = frozenset(
+    {c.ClaimState.PREPARE_STARTED, c.ClaimState.PREPARE_FAILED, c.ClaimState.INVALIDATED}
+)
 HOST_MANAGED_ALLOCATION_MODES = ("", ALLOCATION_MODE_SINGLE)
 NO_CLIQUE_UNDER_HOST_MANAGED = "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
 
@@ -353,16 +358,27 @@ class DeviceState:
 
     # -------------------------------------------------------------- unprepare
 
-    async def unprepare(self, ref: ClaimRef, reason: str = "kubelet") -> bool:
-        """Undo a prepare; a claim this node never prepared (or already unprepared) is a no-op (False)."""
+    async def unprepare(self, ref: ClaimRef, reason: str = "kubelet", expected_version: int = 0) -> bool:
+        """Undo a prepare; a claim this node never prepared (or already unprepared) is a no-op (False), and
+        so is one whose stream moved past `expected_version` when that is given (the sweep decided on an
+        older record). The node's label goes only when no other claim of the domain holds it
+        (cdctl.domain.claims.holds_node_label)."""
         async with self.lock:
             rec = self.book.get(ref.uid)
             if rec is None or rec.state in (None, c.ClaimState.UNPREPARED):
                 log.debug("Unprepare noop: claim not found in checkpoint data", claim=str(ref))
                 return False
+            if expected_version and rec.version != expected_version:
+                log.info("claim changed since the sweep looked; left alone", claim=str(ref))
+                return False
             s = self.settings
             if rec.kind == CHANNEL and rec.domain_uid and not s.host_managed:
-                await self.cluster.remove_node_label(s.node, rec.domain_uid)
+                holders = c.label_holders(self.book.records(), rec.domain_uid, besides=ref.uid)
+                if holders:
+                    log.info("node label kept: other claims of the domain hold it", claim=str(ref),
+                             domain=rec.domain_uid, holders=holders)  # fmt: skip
+                else:
+                    await self.cluster.remove_node_label(s.node, rec.domain_uid)
             cdi.remove_spec(cdi.claim_spec_path(s.cdi_root, ref.uid))
             events: list[DomainEvent] = []
             if rec.channels:
@@ -375,10 +391,13 @@ class DeviceState:
     # ------------------------------------------------------------ background
 
     async def sweep_stale(self) -> list[str]:
-        """Unprepare partially prepared claims whose ResourceClaim is gone or replaced; their UIDs."""
+        """Unprepare partially prepared claims, and claims invalidated by a reboot, whose ResourceClaim is
+        gone or replaced; their UIDs. An invalidated claim keeps its domain's node label until it is
+        unprepared (cdctl.domain.claims.holds_node_label): this is how one whose pod the kubelet will never
+        unprepare lets go of it. A claim that changed while its ResourceClaim was read is left alone."""
         swept: list[str] = []
         for rec in list(self.book.records()):
-            if rec.state not in (c.ClaimState.PREPARE_STARTED, c.ClaimState.PREPARE_FAILED) or not rec.name:
+            if rec.state not in SWEPT_STATES or not rec.name:
                 continue
             try:
                 obj = await self.cluster.get_claim(rec.namespace, rec.name)
@@ -390,7 +409,7 @@ class DeviceState:
             current_uid = ((obj or {}).get("metadata") or {}).get("uid")
             ref = ClaimRef(rec.claim_uid, rec.namespace, rec.name)
             if obj is None or current_uid != rec.claim_uid:
-                if await self.unprepare(ref, reason="stale"):
+                if await self.unprepare(ref, reason="stale", expected_version=rec.version):
                     log.info("Checkpointed RC cleanup: unprepared stale claim", claim=str(ref))
                     swept.append(rec.claim_uid)
             else:

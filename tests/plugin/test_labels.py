@@ -49,3 +49,22 @@ async def test_unpreparing_a_claim_invalidated_by_a_reboot_keeps_the_label_of_a_
     assert await node.state.unprepare(OLD)
     assert node.state.book.get(OLD.uid).state is c.ClaimState.UNPREPARED  # type: ignore[union-attr]
     assert node.cluster.labels == {"node-a": DOM1}, "removing it would take the daemon from a running pod"
+
+
+async def test_the_sweep_unprepares_an_invalidated_claim_whose_resource_claim_is_gone(node: Node) -> None:
+    await _reboot_with_a_prepared_claim(node)
+    assert node.cluster.labels == {"node-a": DOM1}, "an invalidated claim's pod may still come back"
+    assert await node.state.sweep_stale() == [OLD.uid]  # its ResourceClaim is not in the cluster
+    assert node.state.book.get(OLD.uid).state is c.ClaimState.UNPREPARED  # type: ignore[union-attr]
+    assert node.cluster.labels == {}, "nothing of the domain is left on the node"
+
+
+async def test_the_sweep_leaves_alone_a_claim_that_changed_while_it_looked(node: Node) -> None:
+    with pytest.raises(DaemonNotReady):
+        await node.state.prepare(parse_claim(channel_claim(OLD.uid, DOM1, name=OLD.name)), 0)
+    looked_at = node.state.book.version(OLD.uid)
+    node.cluster.ready.add((DOM1, "node-a"))
+    assert await node.state.prepare(parse_claim(channel_claim(OLD.uid, DOM1, name=OLD.name)), 0)
+    assert not await node.state.unprepare(OLD, reason="stale", expected_version=looked_at)
+    assert node.state.book.get(OLD.uid).completed  # type: ignore[union-attr]
+    assert node.cluster.labels == {"node-a": DOM1}
