@@ -5,7 +5,8 @@ parses `/api/v1/...` and `/apis/<group>/<version>/...` paths (namespaced and clu
 and maps the verbs: GET, LIST (with selectors and limit/continue), WATCH (cdctl.sim.apiserver.watchstream),
 POST, PUT, PATCH, DELETE and deletecollection, plus the `status` and pods `binding` subresources.
 Every write is made as the request's user (cdctl.sim.apiserver.identity), in the version it was sent in: both
-are what the stored admission policies see. Every ApiError becomes a Status body.
+are what the stored admission policies see. Every ApiError becomes a Status body. Each request is entered in
+the audit log first (cdctl.sim.apiserver.audit), faults and refusals included.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from cdctl.sim.apiserver import discovery
+from cdctl.sim.apiserver.audit import AuditLog
 from cdctl.sim.apiserver.conversion import convert
 from cdctl.sim.apiserver.errors import (
     ApiError,
@@ -374,7 +376,11 @@ def _decode_continue(token: str | None, resource_version: str) -> tuple[int, str
 
 
 def build_app(
-    store: ObjectStore, settings: ServerSettings, faults: FaultPlan, rbac: Rbac | None = None
+    store: ObjectStore,
+    settings: ServerSettings,
+    faults: FaultPlan,
+    rbac: Rbac | None = None,
+    audit: AuditLog | None = None,
 ) -> web.Application:
     routes = ApiRoutes(store, settings, faults)
 
@@ -382,6 +388,16 @@ def build_app(
         return web.Response(text="ok")
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        if audit is None:
+            return await serve(request)
+        entry = audit.record(
+            request.headers.get("Authorization"), request.method, request.path, request.query
+        )
+        response = await serve(request)
+        entry.code = response.status
+        return response
+
+    async def serve(request: web.Request) -> web.StreamResponse:
         decision = faults.decide(request.path, is_true(request.query.get("watch")))
         if decision.delay_s:
             await asyncio.sleep(decision.delay_s)

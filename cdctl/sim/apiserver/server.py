@@ -6,7 +6,8 @@ Faults on demand: `server.faults` (error shares, queued errors, delays), `drop_w
 which keeps the store and the port. `server.rbac.load(objects)` enforces Roles and bindings for clients that
 connect with a service-account token (`write_kubeconfig(path, token=...)`; cdctl.sim.apiserver.rbac), and
 `server.load_policies(objects)` stores ValidatingAdmissionPolicies and their bindings, which every write then
-passes (cdctl.sim.apiserver.policies).
+passes (cdctl.sim.apiserver.policies). `server.audit` lists every request with its user (and bound pod),
+verb, object and response code (cdctl.sim.apiserver.audit).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from cdctl.sim.apiserver.audit import AuditLog
 from cdctl.sim.apiserver.faults import FaultPlan
 from cdctl.sim.apiserver.handlers import build_app
 from cdctl.sim.apiserver.rbac import Rbac
@@ -44,6 +46,8 @@ class ApiServer:
         self.faults = faults or FaultPlan()
         # Enforced for service-account tokens once roles are loaded (cdctl.sim.apiserver.rbac).
         self.rbac = Rbac()
+        # Every request, with its user, verb, object and code (cdctl.sim.apiserver.audit).
+        self.audit = AuditLog(self.settings.audit_limit)
         self._runner: web.AppRunner | None = None
         self.restarts = 0
 
@@ -64,7 +68,7 @@ class ApiServer:
             return
         if self.settings.port == 0:
             self.settings.port = _free_port(self.settings.host)
-        app = build_app(self.store, self.settings, self.faults, self.rbac)
+        app = build_app(self.store, self.settings, self.faults, self.rbac, self.audit)
         runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.port, reuse_address=True)
