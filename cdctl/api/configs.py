@@ -5,7 +5,9 @@ ResourceClaims and DeviceClasses) and unprepare path (lenient decoding of what w
 the controller when it renders claim templates. Every decoding or validation error names the object and the
 field. Unlike the Go driver, an `allocationMode` other than "", Single or All is rejected, and `domainID` must
 be a UUID (the ComputeDomain's uid: the daemon's directory on the node is named after it). Error texts repeat
-at most about 200 characters of the input.
+at most about 200 characters of the input. The chart's claim admission policy
+(charts/cdctl/files/admission-policies.yaml, docs/admission.md) refuses the same configs at `kubectl apply`
+in the same words: change both together.
 """
 
 from __future__ import annotations

@@ -2,16 +2,20 @@
 
 Called by cdctl.plugin.driver for each claim of a NodePrepareResources / NodeUnprepareResources call (one
 attempt each; the driver retries retriable errors within the kubelet's budget) and by the stale-claim sweep.
-Each attempt runs under the node lock. Events go to the claim stream before the world changes (node label,
-CDI file) and the outcome after: PrepareStarted, ChannelAllocated, CdiSpecWritten + PrepareCompleted, or
-PrepareFailed; Unprepare appends ChannelReleased + Unprepared. A prepare attempt that began before the claim
-was last unprepared or invalidated is fenced (Go issue 1162). Under HostManagedIMEX (`host_managed`) a
-channel claim is prepared without a node label or a readiness wait, `check_host_managed_config` refuses any
-allocationMode but unset/Single and every daemon claim, a node without a clique is refused, and unprepare
-leaves node labels alone; each refusal is a permanent ClaimPrepareFailed in the claim's stream. A daemon
-claim is prepared only for the controller's daemon pod of an existing domain on this node
-(cdctl.plugin.daemonclaims), checked before its domain directory is built. A repeated Prepare of a completed
-claim repairs a missing or changed CDI spec or domain directory before it answers (cdctl.plugin.repair).
+Attempts on one claim never interleave, but claims run side by side: no lock is held across an API request but
+the per-domain one around the node-label decision, and the device check is made again, atomically, when a
+claim completes (cdctl.plugin.locks). Events go to the claim stream before the world changes (node label, CDI
+file) and the outcome after: PrepareStarted, ChannelAllocated, CdiSpecWritten + PrepareCompleted, or
+PrepareFailed; Unprepare appends ChannelReleased + Unprepared and removes the node's label only when no other
+claim of the domain on this node holds it (cdctl.domain.claims.holds_node_label). A prepare attempt that began
+before the claim was last unprepared or invalidated is fenced (Go issue 1162). Under HostManagedIMEX
+(`host_managed`) a channel claim is prepared without a node label or a readiness wait,
+`check_host_managed_config` refuses any allocationMode but unset/Single and every daemon claim, a node without
+a clique is refused, and unprepare leaves node labels alone; each refusal is a permanent ClaimPrepareFailed in
+the claim's stream. A daemon claim is prepared only for the controller's daemon pod of an existing domain on
+this node (cdctl.plugin.daemonclaims), checked before its domain directory is built. A repeated Prepare of a
+completed claim repairs a missing or changed CDI spec or domain directory before it answers
+(cdctl.plugin.repair).
 """
 
 from __future__ import annotations
@@ -50,12 +54,17 @@ from cdctl.plugin.devices import (
     validate_no_overlapping_prepared_devices,
 )
 from cdctl.plugin.edits import DeviceFacts, channel_device, daemon_device, write_domain_dir
+from cdctl.plugin.locks import DeviceHolds, KeyedLocks
 from cdctl.plugin.ports import ClusterPort
 from cdctl.plugin.repair import RepairContext, repair_completed
 
 log = structlog.get_logger("cdctl.plugin.prepare")
 
 NOT_READY_DELAY = 0.5
+# What the stale sweep looks at: claims that may hold something on the node for a ResourceClaim now gone.
+SWEPT_STATES = frozenset(
+    {c.ClaimState.PREPARE_STARTED, c.ClaimState.PREPARE_FAILED, c.ClaimState.INVALIDATED}
+)
 HOST_MANAGED_ALLOCATION_MODES = ("", ALLOCATION_MODE_SINGLE)
 NO_CLIQUE_UNDER_HOST_MANAGED = "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
 
@@ -123,6 +132,7 @@ class PrepareSettings:
 class _Prepared:
     devices: list[dict[str, Any]] = field(default_factory=list)
     cdi_devices: list[cdi.ClaimDevice] = field(default_factory=list)
+    channel: bool = False  # a channel config was applied: the claim holds IMEX channel 0
 
 
 def _device_entry(result: AllocationResult, ids: list[str]) -> dict[str, Any]:
@@ -144,7 +154,9 @@ class DeviceState:
         self.book = book
         self.cluster = cluster
         self.fabric = fabric
-        self.lock = asyncio.Lock()
+        self.claim_locks = KeyedLocks()  # by claim uid: one attempt on a claim at a time
+        self.label_locks = KeyedLocks()  # by domain uid: one node-label decision of a domain at a time
+        self.holds = DeviceHolds()  # devices of claims whose completion is being written
         self.facts = DeviceFacts(settings.proc_devices, settings.fabric_imex_mgmt_cap)
         # PrepareStarted waits here until the attempt's first write, so it commits with it (one fsync less).
         self._pending: dict[str, list[DomainEvent]] = {}
@@ -153,16 +165,18 @@ class DeviceState:
 
     async def prepare(self, claim: AllocatedClaim, fence_version: int) -> list[dict[str, Any]]:
         """One attempt; the kubelet Device entries on success. Raises RetriableError or PermanentError."""
-        async with self.lock:
+        uid = claim.ref.uid
+        async with self.claim_locks.hold(uid):
             try:
                 return await self._prepare(claim, fence_version)
             except PrepareFenced:
                 raise
             except CdctlError as exc:
-                await self._record_failure(claim.ref.uid, str(exc), isinstance(exc, RetriableError))
+                await self._record_failure(uid, str(exc), isinstance(exc, RetriableError))
                 raise
             finally:
-                self._pending.pop(claim.ref.uid, None)
+                self._pending.pop(uid, None)
+                self.holds.release(uid)
 
     async def _append(self, uid: str, events: list[DomainEvent]) -> None:
         """Append the attempt's pending events and `events` in one durable batch."""
@@ -203,6 +217,9 @@ class DeviceState:
             else:
                 assert isinstance(opaque.config, DaemonConfig)
                 await self._apply_daemon(claim, opaque, results, out)
+        # Other claims ran while this one waited on the API: check the devices again and hold them until
+        # the completion is durable (no await between the check and the hold).
+        self.holds.take(claim, self.book.records(), channel=out.channel)
         events: list[DomainEvent] = []
         ids = [i for d in out.devices for i in d["cdi_device_ids"]]
         if out.cdi_devices:
@@ -315,7 +332,7 @@ class DeviceState:
         if rec is None or len(rec.channels) < count:
             await self._append(uid, [c.ChannelAllocated(uid, s.node, 0, domain.uid, count)])
         if not s.host_managed:
-            await self.cluster.add_node_label(s.node, domain.uid)
+            await self._label(uid, domain.uid)
             if not await self.cluster.daemon_ready(domain, s.node, clique):
                 raise DaemonNotReady(
                     "current node not ready in ComputeDomain",
@@ -327,6 +344,17 @@ class DeviceState:
         if device is not None:
             out.cdi_devices.append(device)
         out.devices.append(_device_entry(result, ids))
+        out.channel = True
+
+    async def _label(self, uid: str, domain_uid: str) -> None:
+        """Label the node for the domain, the claim already recorded as one that holds the label: an
+        Unprepare of the domain's last other claim then either removed the label before (and this adds it
+        again) or counts this claim and keeps it."""
+        rec = self.book.get(uid)
+        if (rec is None or not c.holds_node_label(rec, domain_uid)) and self._pending.get(uid):
+            await self._append(uid, [])
+        async with self.label_locks.hold(domain_uid):
+            await self.cluster.add_node_label(self.settings.node, domain_uid)
 
     async def _apply_daemon(
         self, claim: AllocatedClaim, opaque: OpaqueConfig, results: list[AllocationResult], out: _Prepared
@@ -353,32 +381,54 @@ class DeviceState:
 
     # -------------------------------------------------------------- unprepare
 
-    async def unprepare(self, ref: ClaimRef, reason: str = "kubelet") -> bool:
-        """Undo a prepare; a claim this node never prepared (or already unprepared) is a no-op (False)."""
-        async with self.lock:
+    async def unprepare(self, ref: ClaimRef, reason: str = "kubelet", expected_version: int = 0) -> bool:
+        """Undo a prepare; a claim this node never prepared (or already unprepared) is a no-op (False), and
+        so is one whose stream moved past `expected_version` when that is given (the sweep decided on an
+        older record). The node's label goes only when no other claim of the domain holds it
+        (cdctl.domain.claims.holds_node_label): counted, removed and the claim marked Unprepared under the
+        domain's label lock, so two Unprepares of a domain's last claims cannot each count the other."""
+        async with self.claim_locks.hold(ref.uid):
             rec = self.book.get(ref.uid)
             if rec is None or rec.state in (None, c.ClaimState.UNPREPARED):
                 log.debug("Unprepare noop: claim not found in checkpoint data", claim=str(ref))
                 return False
-            s = self.settings
-            if rec.kind == CHANNEL and rec.domain_uid and not s.host_managed:
-                await self.cluster.remove_node_label(s.node, rec.domain_uid)
-            cdi.remove_spec(cdi.claim_spec_path(s.cdi_root, ref.uid))
-            events: list[DomainEvent] = []
-            if rec.channels:
-                events.append(c.ChannelReleased(ref.uid, s.node, rec.channels[0], len(rec.channels)))
-            events.append(c.ClaimUnprepared(ref.uid, reason))
-            await self.book.append(ref.uid, events)
-            log.info("unprepared claim", claim=str(ref), reason=reason)
+            if expected_version and rec.version != expected_version:
+                log.info("claim changed since the sweep looked; left alone", claim=str(ref))
+                return False
+            if rec.kind != CHANNEL or not rec.domain_uid or self.settings.host_managed:
+                await self._unprepared(ref, rec, reason)
+                return True
+            async with self.label_locks.hold(rec.domain_uid):
+                holders = c.label_holders(self.book.records(), rec.domain_uid, besides=ref.uid)
+                if holders:
+                    log.info("node label kept: other claims of the domain hold it", claim=str(ref),
+                             domain=rec.domain_uid, holders=holders)  # fmt: skip
+                else:
+                    await self.cluster.remove_node_label(self.settings.node, rec.domain_uid)
+                await self._unprepared(ref, rec, reason)
             return True
+
+    async def _unprepared(self, ref: ClaimRef, rec: c.ClaimRecord, reason: str) -> None:
+        """Remove the claim's CDI spec, then record its channels released and the claim Unprepared."""
+        s = self.settings
+        cdi.remove_spec(cdi.claim_spec_path(s.cdi_root, ref.uid))
+        events: list[DomainEvent] = []
+        if rec.channels:
+            events.append(c.ChannelReleased(ref.uid, s.node, rec.channels[0], len(rec.channels)))
+        events.append(c.ClaimUnprepared(ref.uid, reason))
+        await self.book.append(ref.uid, events)
+        log.info("unprepared claim", claim=str(ref), reason=reason)
 
     # ------------------------------------------------------------ background
 
     async def sweep_stale(self) -> list[str]:
-        """Unprepare partially prepared claims whose ResourceClaim is gone or replaced; their UIDs."""
+        """Unprepare partially prepared claims, and claims invalidated by a reboot, whose ResourceClaim is
+        gone or replaced; their UIDs. An invalidated claim keeps its domain's node label until it is
+        unprepared (cdctl.domain.claims.holds_node_label): this is how one whose pod the kubelet will never
+        unprepare lets go of it. A claim that changed while its ResourceClaim was read is left alone."""
         swept: list[str] = []
         for rec in list(self.book.records()):
-            if rec.state not in (c.ClaimState.PREPARE_STARTED, c.ClaimState.PREPARE_FAILED) or not rec.name:
+            if rec.state not in SWEPT_STATES or not rec.name:
                 continue
             try:
                 obj = await self.cluster.get_claim(rec.namespace, rec.name)
@@ -390,7 +440,7 @@ class DeviceState:
             current_uid = ((obj or {}).get("metadata") or {}).get("uid")
             ref = ClaimRef(rec.claim_uid, rec.namespace, rec.name)
             if obj is None or current_uid != rec.claim_uid:
-                if await self.unprepare(ref, reason="stale"):
+                if await self.unprepare(ref, reason="stale", expected_version=rec.version):
                     log.info("Checkpointed RC cleanup: unprepared stale claim", claim=str(ref))
                     swept.append(rec.claim_uid)
             else:

@@ -1,6 +1,6 @@
 """Repair of a completed claim on a repeated Prepare: what the first Prepare wrote must still be there.
 
-Called by cdctl.plugin.prepare (under the node lock) when the kubelet prepares a claim this node already
+Called by cdctl.plugin.prepare (under the claim's lock) when the kubelet prepares a claim this node already
 completed for the same allocation, which it does for every running pod after it restarts. The answer comes
 from the log, but the container runtime resolves the CDI ids in it from the claim's spec file, and a daemon
 mounts its domain directory: a spec or directory removed or changed since (a wiped CDI root, a node clean-up)

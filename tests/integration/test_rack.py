@@ -1,8 +1,10 @@
 """The rack end to end, as `cdctl sim rack` runs it: real controller, plugin and daemon processes.
 
-A 4-node rack forms one ComputeDomain for a 4-worker job and tears it down with nothing left; the same rack
-carries two domains on disjoint halves; host-managed mode through the command line runs no daemons and
-prints a summary whose commands work on the logs it names.
+A 4-node rack forms one ComputeDomain for a 4-worker job and tears it down with nothing left, every claim
+and template having passed the chart's claim admission policy (the controller's templates, the
+resource-claim controller's claims for the workers and daemons); the same rack carries two domains on
+disjoint halves; host-managed mode through the command line runs no daemons and prints a summary whose
+commands work on the logs it names.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.plugin.cdi import claim_spec_path
+from cdctl.sim.controllers.claimtemplates import RESOURCE_CLAIM_CONTROLLER
 from cdctl.sim.controllers.daemonsets import pod_is_ready
 from cdctl.sim.controllers.jobs import JOB_NAME_LABEL
 from cdctl.sim.rack.checks import has_channel0, leftovers, list_pods
@@ -69,6 +72,12 @@ async def test_one_domain_forms_on_the_rack_and_leaves_nothing_behind(work_dir: 
             assert sorted(kinds) == [("channel", "Unprepared"), ("daemon", "Unprepared")]
         assert len(rack.daemon_dbs()) == NODES
         assert rack.controller_db.stat().st_size > 0
+        # The claim policy judged and passed both ways a daemon config is written.
+        policies = rack.store.policies
+        controller = f"system:serviceaccount:{rack.settings.driver_namespace}:cdctl-controller"
+        assert policies.denials == []
+        assert policies.admitted[("claims-policy-cdctl", controller)] == 2  # workload and daemon templates
+        assert policies.admitted[("claims-policy-cdctl", RESOURCE_CLAIM_CONTROLLER.username)] == 2 * NODES
 
         # The checks see what a broken teardown would leave.
         node = next(iter(rack.topology.nodes))

@@ -239,15 +239,20 @@ async def test_changed_boot_id_invalidates_prepared_claims(node: Node) -> None:
 
 async def test_stale_sweep_unprepares_only_claims_that_are_gone(node: Node) -> None:
     for uid, name in (("gone", "rc-gone"), ("replaced", "rc-repl"), ("alive", "rc-alive")):
-        with pytest.raises(RetriableError):
+        with pytest.raises(RetriableError):  # each labels the node, then waits for its daemon
             await node.state.prepare(parse_claim(channel_claim(uid, DOM1, name=name)), 0)
-        node.cluster.labels.clear()
+    assert node.cluster.labels == {"node-a": DOM1}
     node.cluster.add_claim(channel_claim("alive", DOM1, name="rc-alive"))
     node.cluster.add_claim(channel_claim("new-uid", DOM1, name="rc-repl"))
     swept = await node.state.sweep_stale()
     assert sorted(swept) == ["gone", "replaced"]
     assert node.state.book.get("alive").state is c.ClaimState.PREPARE_FAILED  # type: ignore[union-attr]
     assert node.state.book.get("gone").state is c.ClaimState.UNPREPARED  # type: ignore[union-attr]
+    # the claim still alive waits for this node's daemon: the label that schedules it stays
+    assert node.cluster.labels == {"node-a": DOM1}
+    del node.cluster.claims[("default", "rc-alive")]
+    assert await node.state.sweep_stale() == ["alive"]
+    assert node.cluster.labels == {}, "the last claim of the domain swept: the label goes"
 
 
 async def test_host_managed_rules(node: Node) -> None:

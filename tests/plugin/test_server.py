@@ -46,7 +46,9 @@ async def running(node: Node, short_dir: Path) -> AsyncIterator[Running]:
     paths.plugin_dir.mkdir(parents=True)
     paths.dra.write_text("stale")  # left over from an earlier run
     registered: list[bool] = []
-    driver = Driver(node.state, node.cluster, RetryPolicy(base_s=0.01, cap_s=0.02, budget_s=0.2))
+    # A budget a missing claim runs out of quickly, yet long enough for a claim that prepares at once to
+    # do so on a loaded machine (0.2 s was not, with other suites on the same two cores).
+    driver = Driver(node.state, node.cluster, RetryPolicy(base_s=0.01, cap_s=0.02, budget_s=1.0))
     servers = PluginServers(paths, driver, lambda: registered.append(True), health_port=0)
     await servers.start()
     yield Running(servers, paths, registered)

@@ -4,9 +4,9 @@
 parses `/api/v1/...` and `/apis/<group>/<version>/...` paths (namespaced and cluster-wide), answers discovery,
 and maps the verbs: GET, LIST (with selectors and limit/continue), WATCH (cdctl.sim.apiserver.watchstream),
 POST, PUT, PATCH, DELETE and deletecollection, plus the `status` and pods `binding` subresources.
-Every write is made as the request's user (cdctl.sim.apiserver.identity), whom the stored admission policies
-see. Every ApiError becomes a Status body. Each request is entered in the audit log first
-(cdctl.sim.apiserver.audit), faults and refusals included.
+Every write is made as the request's user (cdctl.sim.apiserver.identity), in the version it was sent in: both
+are what the stored admission policies see. Every ApiError becomes a Status body. Each request is entered in
+the audit log first (cdctl.sim.apiserver.audit), faults and refusals included.
 """
 
 from __future__ import annotations
@@ -261,6 +261,7 @@ class ApiRoutes:
             self._in(target, body),
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, created, status=201)
 
@@ -275,6 +276,7 @@ class ApiRoutes:
             subresource=target.subresource,
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, updated)
 
@@ -297,6 +299,7 @@ class ApiRoutes:
             subresource=target.subresource,
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, patched)
 
@@ -313,6 +316,7 @@ class ApiRoutes:
             preconditions=options.get("preconditions"),
             dry_run=bool(request.query.get("dryRun") or options.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, deleted)
 
@@ -322,6 +326,7 @@ class ApiRoutes:
             target.namespace,
             self._filter(request, target.resource_type),
             user=self._user(request),
+            served=target.resource_type,
         )
         resource_type = target.resource_type
         return _json(
