@@ -99,9 +99,7 @@ async def test_two_domains_on_disjoint_halves_of_a_rack(work_dir: Path) -> None:
         assert all(w.channel0 for states in formed.workers.values() for w in states)
         assert all(n.daemons == 1 for n in formed.nodes), "each node runs only its own domain's daemon"
         assert len(rack.daemon_dbs()) == NODES
-        assert {db.stem.rsplit("-", 1)[1] for db in rack.daemon_dbs()} == {
-            uid[:8] for uid in report.domain_uids.values()
-        }
+        assert {domain for _, domain, _ in rack.runtime.daemon_logs()} == set(report.domain_uids.values())
 
 
 async def _run(*argv: str) -> tuple[int, str]:
