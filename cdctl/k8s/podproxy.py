@@ -12,15 +12,16 @@ is a 503 (`error trying to reach service: ...`), a pod without an address a 400.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
 from cdctl.k8s.errors import TransportError
-from cdctl.k8s.rest import KubeApi, _query_pairs, _status_error
+from cdctl.k8s.rest import KubeApi, _status_error
+
+Query = Sequence[tuple[str, str]]
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 READ_TIMEOUT_S = 60.0  # silence this long on an open stream is a dead pod or proxy
@@ -45,7 +46,7 @@ class PodProxy:
     async def _open(
         self,
         path: str,
-        query: Mapping[str, Any] | None,
+        query: Query,
         headers: Mapping[str, str] | None,
         total: float | None,
     ) -> aiohttp.ClientResponse:
@@ -54,7 +55,7 @@ class PodProxy:
             response: aiohttp.ClientResponse = await self.api.client.call_api(
                 full,
                 "GET",
-                query_params=_query_pairs(query),
+                query_params=list(query),
                 header_params={"Accept": "*/*", **(headers or {})},
                 auth_settings=["BearerToken"],
                 _preload_content=False,
@@ -65,7 +66,7 @@ class PodProxy:
         return response
 
     async def get_raw(
-        self, path: str, query: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None
+        self, path: str, query: Query = (), headers: Mapping[str, str] | None = None
     ) -> tuple[int, bytes]:
         """The status and body of the answer, whatever the status (transport failures raise)."""
         response = await self._open(path, query, headers, total=READ_TIMEOUT_S)
@@ -75,9 +76,7 @@ class PodProxy:
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise TransportError(f"GET {self.path(path)}: {exc!r}") from exc
 
-    async def get(
-        self, path: str, query: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None
-    ) -> bytes:
+    async def get(self, path: str, query: Query = (), headers: Mapping[str, str] | None = None) -> bytes:
         """The body of a 2xx answer; a typed error otherwise."""
         status, raw = await self.get_raw(path, query, headers)
         if 200 <= status < 300:
@@ -86,7 +85,7 @@ class PodProxy:
 
     @asynccontextmanager
     async def lines(
-        self, path: str, query: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None
+        self, path: str, query: Query = (), headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Stream a 2xx answer's lines (without their newline); a typed error before the first line."""
         response = await self._open(path, query, headers, total=None)

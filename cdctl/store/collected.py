@@ -226,11 +226,16 @@ class CollectedFile:
             raise StoreError(f"{self.path}: no source {source_id}")
         return Source(*row)
 
-    def update_source(self, source_id: int, *, pod: str, scheme: tuple[str, int, str]) -> None:
-        """The pod it was read through this time, and its chain scheme (an unkeyed log may adopt a key)."""
+    def update_source(
+        self, source_id: int, *, pod: str, scheme: tuple[str, int, str], first: tuple[int, str] | None
+    ) -> None:
+        """The pod it was read through this time, its chain scheme (an unkeyed log may adopt a key), and its
+        first event if it had none when first seen (an empty log)."""
         self.db.execute(
-            "UPDATE sources SET pod = ?, scheme = ?, keyed_from = ?, key_check = ? WHERE id = ?",
-            (pod, *scheme, source_id),
+            "UPDATE sources SET pod = ?, scheme = ?, keyed_from = ?, key_check = ?,"
+            " first_position = COALESCE(first_position, ?), first_hash = COALESCE(first_hash, ?)"
+            " WHERE id = ?",
+            (pod, *scheme, first[0] if first else None, first[1] if first else None, source_id),
         )
 
     def last_point(self, source_id: int) -> tuple[int, str] | None:

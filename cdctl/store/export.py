@@ -22,7 +22,8 @@ it (one contiguous run); `domains` keeps the streams that name one of the domain
 stream, and every claim or node stream with an event that mentions it), so runs have gaps, each with its
 anchor. `after` with `after_hash` resumes a collection: a log that does not hold that hash at that position
 is another log (`ContinuityBroken`); an `after` before the log's first available event (compacted since)
-resumes from that event with its anchor. Used by cdctl.store.logserver; tests/store cover it directly.
+resumes from that event with its anchor. `LogReader.domain_uids` finds the uids a ComputeDomain name had,
+for a collection narrowed by name. Used by cdctl.store.logserver; tests/store cover it directly.
 """
 
 from __future__ import annotations
@@ -201,6 +202,16 @@ class LogReader:
             )
             found.update(str(r[0]) for r in rows)
         return sorted(found)
+
+    def domain_uids(self, namespace: str, name: str) -> list[str]:
+        """The uids of the ComputeDomains `namespace/name` this log observed (several: it was recreated)."""
+        rows = self.db.execute(
+            "SELECT DISTINCT stream FROM events WHERE stream GLOB 'domain/*'"
+            " AND type = 'ComputeDomainObserved' AND instr(data, ?) > 0 AND json_valid(data)"
+            " AND json_extract(data, '$.namespace') = ? AND json_extract(data, '$.name') = ?",
+            (name, namespace, name),
+        )
+        return [str(r[0]).removeprefix("domain/") for r in rows]
 
     def page(self, plan: _Plan, limit: int) -> list[tuple[Any, ...]]:
         after = max(plan.after, plan.last.position if plan.last else 0)

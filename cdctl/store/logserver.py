@@ -8,6 +8,7 @@ Routes, added to the component's aiohttp application (cdctl.controller.http, cdc
 - `GET /eventlog/events?log=NAME[&after=N&after_hash=H][&since=T][&domain=UID...][&limit=N]`: the log's
   events as NDJSON (the format is cdctl.store.export's), streamed a page at a time. 409 when `after_hash`
   is not the log's hash at `after` (another log), 404 for a log not served here, 400 for a bad parameter.
+- `GET /eventlog/domains?namespace=NS&name=NAME`: the uids the logs observed for that ComputeDomain.
 
 Every request carries a token in the `X-Cdctl-Eventlog-Token` header that the `Authorizer` accepts: the
 components review it with the API server (cdctl.k8s.tokens: the collector service account's token, minted
@@ -123,6 +124,7 @@ class LogServer:
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/eventlog", self._index)
         app.router.add_get("/eventlog/events", self._events)
+        app.router.add_get("/eventlog/domains", self._domains)
 
     async def _denied(self, request: web.Request) -> web.Response | None:
         token = request.headers.get(TOKEN_HEADER, "").strip()
@@ -163,6 +165,23 @@ class LogServer:
                 entry["error"] = f"{ref.path}: cannot read: {exc}"
             entries.append(entry)
         return _json({**self.identity, "logs": entries})
+
+    async def _domains(self, request: web.Request) -> web.Response:
+        """The uids its logs observed for the ComputeDomain `namespace`/`name` (narrowing a collection by
+        name)."""
+        refused = await self._denied(request)
+        if refused is not None:
+            return refused
+        namespace, name = request.query.get("namespace", ""), request.query.get("name", "")
+        if not _UID.match(namespace) or not _UID.match(name):
+            return _json({"message": "namespace and name: required, as Kubernetes names"}, 400)
+        uids: set[str] = set()
+        for ref in self.logs():
+            try:
+                uids.update(await asyncio.to_thread(_domain_uids, ref, namespace, name))
+            except (StoreError, sqlite3.Error):
+                continue  # an unreadable log is reported by the index
+        return _json({"uids": sorted(uids)})
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         refused = await self._denied(request)
@@ -205,5 +224,13 @@ def _summary(ref: LogRef) -> Any:
     reader = LogReader(ref)
     try:
         return reader.summary()
+    finally:
+        reader.close()
+
+
+def _domain_uids(ref: LogRef, namespace: str, name: str) -> list[str]:
+    reader = LogReader(ref)
+    try:
+        return reader.domain_uids(namespace, name)
     finally:
         reader.close()
