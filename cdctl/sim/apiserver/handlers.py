@@ -411,6 +411,12 @@ def build_app(
             await asyncio.sleep(decision.delay_s)
         if decision.error is not None:
             return error_response(decision.error)
+        try:
+            # Every request is authenticated, whether or not RBAC is enforced: a forged, expired or
+            # other-audience token is a 401 on reads too.
+            ApiRoutes._user(request)
+        except Unauthorized as error:
+            return error_response(error)
         if rbac is not None:
             denied = rbac.check_request(
                 request.headers.get("Authorization"), request.method, request.path, request.query

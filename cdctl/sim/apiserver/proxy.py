@@ -132,7 +132,7 @@ class PodProxy:
             try:
                 async for chunk in upstream.content.iter_any():
                     await answer.write(chunk)
+                await answer.write_eof()
             except (aiohttp.ClientError, OSError):
-                pass  # the pod went away mid-answer: the caller sees the stream end early
-            await answer.write_eof()
+                pass  # the pod went away, or the caller hung up, mid-answer: the other side sees it end
             return answer
