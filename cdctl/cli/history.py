@@ -366,8 +366,7 @@ def history(db: Path, subject: str, since: str | None, until: str | None, as_jso
         said, lines = run(main())
     if not lines:
         raise InvalidInput("cdctl history", "SUBJECT", f"no events for {subject!r} in {db}")
-    if not as_json:
-        click.echo(said, err=True)
+    click.echo(said, err=True)  # what SUBJECT resolved to; stderr, so JSON on stdout stays clean
     _emit_lines(lines, as_json, _is_collected(db))
 
 

@@ -32,11 +32,10 @@ EventRow = tuple[int, str, int, str, int, str, str, str, str]  # EVENT_COLUMNS +
 
 
 def kind_of(path: Path) -> str:
-    """'log' (a cdctl event log), 'collected' (a collected file), or StoreError for anything else."""
-    if not path.exists():
-        raise StoreError(f"{path}: no such file")
+    """'collected' for a collected file, else 'log': opening it as an event log says what is wrong with it
+    (missing, a directory, another application's database)."""
     if not path.is_file():
-        raise StoreError(f"{path}: not a regular file")
+        return "log"
     if path.stat().st_size == 0:
         return "log"  # an empty file: the event log's open says so
     try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from cdctl.collect.run import CollectSettings, Summary, collect
@@ -28,7 +29,8 @@ from cdctl.k8s.tokens import TokenReviewer
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.sim.rack.componentpods import free_port
 from cdctl.store import SqliteEventStore
-from cdctl.store.export import LogRef
+from cdctl.store.collected import EVENT_COLUMNS, CollectedFile, Fetch, Source
+from cdctl.store.export import ExportRequest, LogRef, export_lines
 from cdctl.store.logserver import LogServer
 
 NAMESPACE = "cdctl-system"
@@ -134,3 +136,36 @@ async def cluster(directory: Path) -> AsyncIterator[Cluster]:
 async def run_collect(cluster: Cluster, output: Path, **settings: Any) -> Summary:
     values: dict[str, Any] = {"kubeconfig": str(cluster.kubeconfig), "namespace": NAMESPACE, **settings}
     return await collect(CollectSettings(output=output, **values))
+
+
+async def store_locally(
+    file: CollectedFile, ref: LogRef, *, node: str = "", pod: str = "", request: ExportRequest | None = None
+) -> Source:
+    """Copy the log `ref` into `file` as a collection would, without HTTP (unit tests of the file)."""
+    collection = file.begin_collection("local", NAMESPACE, "", list(request.domains) if request else [], [])
+    source: Source | None = None
+    items: list[tuple[str, Any]] = []
+    head: tuple[int, str] | None = None
+    async for chunk in export_lines(ref, request or ExportRequest()):
+        for raw in chunk.splitlines():
+            line = orjson.loads(raw)
+            if line["kind"] == "header":
+                first = (line["first"]["position"], line["first"]["hash"]) if line["first"] else None
+                head = (line["head"]["position"], line["head"]["hash"]) if line["head"] else None
+                scheme = (line["scheme"], line["keyed_from"], line["key_check"])
+                source = file.add_source(
+                    component=ref.component, node=node, pod=pod, log=ref.name, domain_uid=ref.domain_uid,
+                    scheme=scheme, first=first,
+                )  # fmt: skip
+            elif line["kind"] == "anchor":
+                items.append(("anchor", (line["position"], line["hash"])))
+            elif line["kind"] == "event":
+                items.append(("event", tuple(line[c] for c in (*EVENT_COLUMNS, "hash"))))
+    assert source is not None
+    file.store_batch(source.id, items, None)
+    file.record_fetch(
+        collection,
+        Fetch(ref.component, node, pod, ref.name, "ok", source_id=source.id, events=len(items), head=head),
+    )
+    file.finish_collection(collection, "complete")
+    return source
