@@ -4,7 +4,6 @@ to make the plugin, which runs as root, read and serve another file."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from cdctl.plugin.eventlogs import served_logs
@@ -31,10 +30,10 @@ def test_a_daemon_cannot_make_the_plugin_serve_another_file(tmp_path: Path) -> N
     own.write_bytes(b"the plugin's own log")
     domains = tmp_path / "domains"
     (domains / "uid-a").mkdir(parents=True)
-    os.symlink(own, domains / "uid-a" / "events.db")  # the daemon replaced its log with a link
+    (domains / "uid-a" / "events.db").symlink_to(own)  # the daemon replaced its log with a link
     (domains / "uid-b").mkdir()
     (domains / "uid-b" / "events.db").mkdir()  # a directory, not a log
-    os.symlink(tmp_path / "elsewhere", domains / "uid-c")  # the domain directory itself a link
+    (domains / "uid-c").symlink_to(tmp_path / "elsewhere")  # the domain directory itself a link
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "events.db").write_bytes(b"")
     (domains / "..hidden").mkdir()
