@@ -268,53 +268,60 @@ class CollectedFile:
         """Store a batch of a stream's items in one transaction: ("anchor", (position, hash)) starts a run,
         ("event", EventRow) is stored and extends it. Returns the run being extended and how many events
         were stored. An anchor that contradicts what the file holds raises StoreError."""
-        stored = 0
+        rows: list[tuple[Any, ...]] = []
+        extended: dict[int, int] = {}  # run's first position -> its new last position
+        opened: list[tuple[int, int, int, str | None]] = []
         pending_anchor: tuple[int, str | None] | None = None
+        for kind, value in items:
+            if kind == "anchor":
+                position, hash_ = int(value[0]), value[1]
+                if current is not None and position == current.last:
+                    if hash_ is not None and hash_ != current.last_hash:
+                        raise StoreError(
+                            f"{self.path}: the source's hash at position {position} is not the one"
+                            " collected before: its log was rewritten"
+                        )
+                    pending_anchor = None
+                else:
+                    pending_anchor, current = (position, hash_), None
+                continue
+            row: EventRow = value
+            position = row[0]
+            rows.append((source_id, *row))
+            if current is not None and position == current.last + 1:
+                current.last, current.last_hash = position, row[8]
+                extended[current.first] = position
+            else:
+                chained = pending_anchor is not None and pending_anchor[0] == position - 1
+                anchor = pending_anchor[1] if pending_anchor and chained else None
+                opened.append((source_id, position, position, anchor))
+                current, pending_anchor = RangeState(position, position, row[8]), None
+        new_runs = {run[1]: index for index, run in enumerate(opened)}
+        for first, last in list(extended.items()):
+            if first in new_runs:  # a run opened in this batch: insert it with its last position
+                index = new_runs[first]
+                opened[index] = (*opened[index][:2], last, opened[index][3])
+                del extended[first]
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            for kind, value in items:
-                if kind == "anchor":
-                    position, hash_ = int(value[0]), value[1]
-                    if current is not None and position == current.last:
-                        if hash_ is not None and hash_ != current.last_hash:
-                            raise StoreError(
-                                f"{self.path}: the source's hash at position {position} is not the one"
-                                " collected before: its log was rewritten"
-                            )
-                        pending_anchor = None
-                    else:
-                        pending_anchor = (position, hash_)
-                        current = None
-                    continue
-                row: EventRow = value
-                position = row[0]
-                self.db.execute(
-                    "INSERT INTO source_events (source_id, position, stream, version, type, schema_version,"
-                    " data, metadata, recorded_at, hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (source_id, *row),
-                )
-                if current is not None and position == current.last + 1:
-                    current.last, current.last_hash = position, row[8]
-                    self.db.execute(
-                        "UPDATE ranges SET last_position = ? WHERE source_id = ? AND first_position = ?",
-                        (position, source_id, current.first),
-                    )
-                else:
-                    chained = pending_anchor is not None and pending_anchor[0] == position - 1
-                    anchor = pending_anchor[1] if pending_anchor and chained else None
-                    self.db.execute(
-                        "INSERT INTO ranges (source_id, first_position, last_position, anchor_hash)"
-                        " VALUES (?,?,?,?)",
-                        (source_id, position, position, anchor),
-                    )
-                    current = RangeState(position, position, row[8])
-                    pending_anchor = None
-                stored += 1
+            self.db.executemany(
+                "INSERT INTO source_events (source_id, position, stream, version, type, schema_version,"
+                " data, metadata, recorded_at, hash) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            self.db.executemany(
+                "INSERT INTO ranges (source_id, first_position, last_position, anchor_hash) VALUES (?,?,?,?)",
+                opened,
+            )
+            self.db.executemany(
+                "UPDATE ranges SET last_position = ? WHERE source_id = ? AND first_position = ?",
+                [(last, source_id, first) for first, last in extended.items()],
+            )
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
-        return current, stored
+        return current, len(rows)
 
     def record_fetch(self, collection: int, fetch: Fetch) -> None:
         head = fetch.head or (None, None)
