@@ -156,3 +156,15 @@ async def test_read_models_span_sources_and_a_daemon_cannot_forge_claims(tmp_pat
         assert verify(file, []).ok
     assert rows == [("kubelet-plugin/n0", "n0", "real-0"), ("kubelet-plugin/n1", "n1", "real-1")]
     assert times == sorted(times) and len(times) == 4 + 4 + 5
+
+
+async def test_an_edited_read_model_row_fails_verification(tmp_path: Path) -> None:
+    await write_log(tmp_path / "n0.db", claim_events("n0", "d", "a") + claim_events("n0", "d", "b"))
+    with CollectedFile.open(tmp_path / "c.db", create=True) as file:
+        ensure_read_models(file)
+        await store_locally(file, LogRef("plugin", "kubelet-plugin", tmp_path / "n0.db"), node="n0")
+        rebuild(file, file.sources())
+        assert verify(file, []).ok
+        file.db.execute("UPDATE claim_lifecycle SET state = 'PrepareCompleted' WHERE name = 'b'")
+        [check] = verify(file, []).checks
+    assert not check.ok and "claim_lifecycle" in check.problems[0] and check.first_bad_position == 8
