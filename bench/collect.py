@@ -43,6 +43,8 @@ async def measure(log: Path, work: Path) -> dict[str, Any]:
 
     figures: dict[str, Any] = {"peak_rss_mib_before": round(peak_mib(), 1)}
     out = work / "collected.db"
+    for leftover in work.glob("collected.db*"):
+        leftover.unlink()  # a fresh collection each run
     async with cluster(work) as c:
         await c.add("kubelet-plugin", "n0", [LogRef("plugin", "kubelet-plugin", log)])
         started = time.perf_counter()

@@ -35,12 +35,13 @@ class BarProgress:
             console=console, transient=False,
         )  # fmt: skip
         self.sources = self.bar.add_task("sources", total=0)
+        self.seen = 0
         self.tasks: dict[str, TaskID] = {}
 
     def started(self, name: str, total: int) -> None:
         self.tasks[name] = self.bar.add_task(f"  {name}", total=total or None)
-        task = self.bar.tasks[self.sources]
-        self.bar.update(self.sources, total=(task.total or 0) + 1)
+        self.seen += 1
+        self.bar.update(self.sources, total=self.seen)
 
     def advance(self, name: str, events: int) -> None:
         if name in self.tasks:
@@ -49,9 +50,10 @@ class BarProgress:
     def finished(self, name: str, status: str) -> None:
         task = self.tasks.pop(name, None)
         if task is not None:
-            done = self.bar.tasks[task].completed
-            self.bar.update(task, total=done, completed=done, description=f"  {name} ({status})")
             self.bar.remove_task(task)
+        else:
+            self.seen += 1  # never started: skipped before its stream began
+            self.bar.update(self.sources, total=self.seen)
         self.bar.advance(self.sources, 1)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -100,7 +101,10 @@ class Writer:
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         async with self._lock:
-            return await asyncio.to_thread(fn, *args)
+            try:
+                return await asyncio.to_thread(fn, *args)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.file.path}: {exc}") from None
 
 
 def published_head(metrics: str) -> tuple[int, str] | None:
@@ -204,6 +208,7 @@ class PodReader:
             index = await self._get_json("eventlog")
         except CollectError as exc:
             await self._record(Fetch(pod.component, pod.node, pod.name, "", "skipped", exc.message))
+            self.progress.finished(pod.name, "skipped")
             return [Outcome(pod.name, pod.component, pod.node, pod.name, "", "skipped", error=exc.message)]
         outcomes: list[Outcome] = []
         for entry in index.get("logs") or []:

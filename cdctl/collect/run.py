@@ -13,14 +13,17 @@ cdctl.cli.collect.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import orjson
 
 from cdctl.collect.fetch import CollectError, NoProgress, Options, Outcome, PodReader, Progress, Writer
 from cdctl.collect.pods import ComponentPod, component_pods
-from cdctl.domain.errors import InvalidInput, PermanentError
+from cdctl.domain.errors import InvalidInput, PermanentError, StoreError, StoreLocked
 from cdctl.k8s.client import api_client
 from cdctl.k8s.errors import KubeApiError
 from cdctl.k8s.rest import KubeApi
@@ -100,8 +103,30 @@ async def _resolve_domains(readers: list[PodReader], settings: CollectSettings) 
     return tuple(sorted(uids))
 
 
+def _lock(output: Path) -> IO[bytes]:
+    """One collection at a time into a file: an flock on it (created owner-only when new) for the run."""
+    try:
+        fd = os.open(output, os.O_RDONLY | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise StoreError(f"{output}: cannot open: {exc.strerror}") from None
+    handle = os.fdopen(fd, "rb")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise StoreLocked(f"{output}: another cdctl collect is writing it") from None
+    return handle
+
+
 async def collect(settings: CollectSettings, progress: Progress | None = None) -> Summary:
     progress = progress or NoProgress()
+    if not settings.output.parent.is_dir():
+        raise StoreError(f"{settings.output}: directory {settings.output.parent} does not exist")
+    with _lock(settings.output):
+        return await _collect_locked(settings, progress)
+
+
+async def _collect_locked(settings: CollectSettings, progress: Progress) -> Summary:
     file = await asyncio.to_thread(CollectedFile.open, settings.output, create=True)
     try:
         _check_narrowing(file, settings)

@@ -123,7 +123,7 @@ class CollectedFile:
 
     @classmethod
     def open(cls, path: Path, *, read_only: bool = False, create: bool = False) -> CollectedFile:
-        exists = path.exists()
+        exists = path.exists() and not (create and path.is_file() and path.stat().st_size == 0)
         if exists and kind_of(path) != "collected":
             raise StoreError(f"{path}: an event log or another file, not a collected file")
         if not exists and (read_only or not create):
@@ -137,7 +137,7 @@ class CollectedFile:
             else:
                 if not exists:
                     path.touch(mode=FILE_MODE)
-                    path.chmod(FILE_MODE)
+                    path.chmod(FILE_MODE)  # whatever the umask, or the mode of an empty file given
                 db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")

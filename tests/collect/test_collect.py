@@ -10,6 +10,8 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+import pytest
+
 from cdctl.domain.claims import ChannelAllocated, ClaimPrepareCompleted, ClaimPrepareStarted, ClaimUnprepared
 from cdctl.domain.computedomains import ComputeDomainObserved
 from cdctl.domain.events import DomainEvent
@@ -217,3 +219,48 @@ async def test_a_stream_cut_short_keeps_what_came_and_the_next_run_resumes(tmp_p
     with CollectedFile.open(out, read_only=True) as file:
         assert file.query("SELECT first_position, last_position FROM ranges") == [(1, 12)]
         assert verify(file, []).ok
+
+
+def _drop(path: Path, where: str) -> None:
+    """Remove events as compaction (or a cut) would leave the file: the store's triggers dropped first."""
+    db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER events_are_never_deleted")
+    db.execute(f"DELETE FROM events WHERE {where}")
+    db.commit()
+    db.close()
+
+
+async def test_a_log_compacted_since_the_last_collection_resumes_at_its_horizon(tmp_path: Path) -> None:
+    """A log whose first available event is past what the file holds (compaction): the next run starts at
+    that event, as a new run without an anchor (the log no longer holds the event before it); the gap stays
+    a gap, and each run verifies."""
+    domain, out = str(uuid.uuid4()), tmp_path / "collected.db"
+    full = tmp_path / "full.db"
+    await write_log(full, [e for i in range(3) for e in claim_events("n0", domain, f"j{i}")])  # 12 events
+    early, compacted = tmp_path / "early.db", tmp_path / "compacted.db"
+    shutil.copy(full, early)
+    _drop(early, "position > 8")
+    shutil.copy(full, compacted)
+    _drop(compacted, "position <= 9")
+    async with cluster(tmp_path) as c:
+        host = await c.add("kubelet-plugin", "n0", [LogRef("plugin", "kubelet-plugin", early)])
+        first = await run_collect(c, out)
+        host.logs[0] = LogRef("plugin", "kubelet-plugin", compacted)
+        second = await run_collect(c, out)
+    assert [o.events for o in first.outcomes] == [8] and [o.events for o in second.outcomes] == [3]
+    assert {o.name for o in second.outcomes} == {"kubelet-plugin/n0"}  # the same source: not a new log
+    with CollectedFile.open(out, read_only=True) as file:
+        runs = file.query("SELECT first_position, last_position, anchor_hash IS NULL FROM ranges ORDER BY 1")
+        assert runs == [(1, 8, 0), (10, 12, 1)]
+        [check] = verify(file, []).checks
+    assert check.ok and any("without an anchor" in note for note in check.notes)
+
+
+async def test_one_collection_at_a_time_into_a_file(tmp_path: Path) -> None:
+    from cdctl.collect.run import _lock
+    from cdctl.domain.errors import StoreLocked
+
+    out = tmp_path / "collected.db"
+    async with cluster(tmp_path) as c:
+        with _lock(out), pytest.raises(StoreLocked, match="another cdctl collect"):
+            await run_collect(c, out)
