@@ -1,4 +1,4 @@
-"""Benchmark of `cdctl collect` (not a test): a log of a million events through the pod proxy, in bounded memory.
+"""Benchmark of `cdctl collect` (not a test): a million-event log through the pod proxy, in bounded memory.
 
     python bench/collect.py [--events 1000000] [--dir DIR]
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -31,6 +32,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 RESULTS = Path(__file__).parent / "results" / "collect.json"
 
 
+def fresh(out: Path) -> Path:
+    """`out` gone, with its side files: a fresh collection each run."""
+    for leftover in out.parent.glob(f"{out.name}*"):
+        leftover.unlink()
+    return out
+
+
+def mib(path: Path) -> float:
+    return round(path.stat().st_size / 2**20, 1)
+
+
 def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
@@ -42,9 +54,7 @@ async def measure(log: Path, work: Path) -> dict[str, Any]:
     from tests.collect.harness import cluster, run_collect
 
     figures: dict[str, Any] = {"peak_rss_mib_before": round(peak_mib(), 1)}
-    out = work / "collected.db"
-    for leftover in work.glob("collected.db*"):
-        leftover.unlink()  # a fresh collection each run
+    out = fresh(work / "collected.db")
     async with cluster(work) as c:
         await c.add("kubelet-plugin", "n0", [LogRef("plugin", "kubelet-plugin", log)])
         started = time.perf_counter()
@@ -62,8 +72,7 @@ async def measure(log: Path, work: Path) -> dict[str, Any]:
         report = verify(file, [])
     figures["verify_s"] = round(time.perf_counter() - started, 2)
     assert report.ok
-    figures["log_mib"] = round(log.stat().st_size / 2**20, 1)
-    figures["collected_mib"] = round(out.stat().st_size / 2**20, 1)
+    figures["log_mib"], figures["collected_mib"] = mib(log), mib(out)
     figures["peak_rss_mib_after_verify"] = round(peak_mib(), 1)
     return figures
 
@@ -88,13 +97,15 @@ def main() -> None:
     log = work / "events.db"
     started = time.perf_counter()
     if not log.exists():
-        subprocess.run([sys.executable, __file__, "--build", str(log), "--events", str(args.events)], check=True)
+        build = [sys.executable, __file__, "--build", str(log), "--events", str(args.events)]
+        subprocess.run(build, check=True)
     built_s = time.perf_counter() - started
     answer = subprocess.run(
         [sys.executable, __file__, "--measure", str(log)], check=True, capture_output=True, text=True
     )
     figures = json.loads(answer.stdout.strip().splitlines()[-1])
-    figures |= {"build_s": round(built_s, 1), "python": platform.python_version(), "machine": platform.machine()}
+    figures |= {"build_s": round(built_s, 1), "python": platform.python_version()}
+    figures |= {"machine": platform.machine(), "cpus": os.cpu_count()}
     for name, value in figures.items():
         print(f"{name:>28}: {value}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

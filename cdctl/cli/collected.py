@@ -14,7 +14,7 @@ import asyncio
 import fnmatch
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -56,15 +56,15 @@ def select_sources(file: CollectedFile, pattern: str | None, node: str | None = 
     return sources
 
 
-def events_lines(
+def events_pages(
     file: CollectedFile,
     stream: str | None,
     type_: str | None,
     since: str | None,
     source: str | None,
     node: str | None,
-) -> list[Line]:
-    """Events of the chosen sources, merged by recorded_at."""
+) -> Iterator[list[Line]]:
+    """Events of the chosen sources, merged by recorded_at, a page at a time."""
     where: list[str] = ["1"]
     params: list[Any] = []
     if source is not None or node is not None:
@@ -75,12 +75,18 @@ def events_lines(
         if value:
             where.append(f"{column} {op} ?")
             params.append(value)
-    rows = file.query(
-        "SELECT source, position, stream, version, type, schema_version, data, metadata, recorded_at, hash"
-        f" FROM events WHERE {' AND '.join(where)} ORDER BY recorded_at, source, position LIMIT {PAGE * 10}",
-        params,
-    )
-    return [Line(str(r[0]), row_to_event(r[1:], f"{file.path} ({r[0]})")) for r in rows]
+    after: tuple[Any, ...] = ("", "", 0)
+    while True:
+        rows = file.query(
+            "SELECT source, position, stream, version, type, schema_version, data, metadata, recorded_at,"
+            f" hash FROM events WHERE {' AND '.join(where)} AND (recorded_at, source, position) > (?, ?, ?)"
+            f" ORDER BY recorded_at, source, position LIMIT {PAGE}",
+            [*params, *after],
+        )
+        if not rows:
+            return
+        yield [Line(str(r[0]), row_to_event(r[1:], f"{file.path} ({r[0]})")) for r in rows]
+        after = (rows[-1][8], rows[-1][0], rows[-1][1])
 
 
 def sql(file: CollectedFile, statement: str) -> tuple[list[str], list[tuple[Any, ...]]]:

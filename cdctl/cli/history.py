@@ -28,6 +28,7 @@ from cdctl.domain.events import RecordedEvent
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import VerifyReport, replay, verify_chain, verify_projections
 from cdctl.projections.sinks import SqliteSink
+from cdctl.projections.timeline import LIMIT as TIMELINE_LIMIT
 from cdctl.projections.timeline import EventSource, Line, timeline
 from cdctl.store.collected import kind_of
 from cdctl.store.integrity import read_key_file
@@ -130,7 +131,8 @@ def events(
         if follow:
             raise InvalidInput("command line", "--follow", f"{db} is a collected file: it does not grow")
         with collected.open_file(db) as file:
-            _emit_lines(collected.events_lines(file, stream, type_, since_text, source, node), as_json, True)
+            for page in collected.events_pages(file, stream, type_, since_text, source, node):
+                _emit_lines(page, as_json, True)
         return
     _log_only(db, source=source, node=node)
 
@@ -367,6 +369,8 @@ def history(db: Path, subject: str, since: str | None, until: str | None, as_jso
     if not lines:
         raise InvalidInput("cdctl history", "SUBJECT", f"no events for {subject!r} in {db}")
     click.echo(said, err=True)  # what SUBJECT resolved to; stderr, so JSON on stdout stays clean
+    if len(lines) >= TIMELINE_LIMIT:
+        click.echo(f"showing the first {TIMELINE_LIMIT} events: narrow with --since and --until", err=True)
     _emit_lines(lines, as_json, _is_collected(db))
 
 

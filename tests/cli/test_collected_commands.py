@@ -55,9 +55,13 @@ def lines(out: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines()]
 
 
-def test_events_are_merged_by_time_with_their_source(collected: Path) -> None:
+def test_events_are_merged_by_time_with_their_source(
+    collected: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("cdctl.cli.collected.PAGE", 4)  # several pages, each following the last
     code, out, _ = invoke("events", "--db", str(collected), "--json")
     events = lines(out)
+    assert len({(e["source"], e["position"]) for e in events}) == len(events)
     assert code == 0 and len(events) == 2 + 8 + 4 + 1
     assert [e["recorded_at"] for e in events] == sorted(str(e["recorded_at"]) for e in events)
     assert {e["source"] for e in events} == {
