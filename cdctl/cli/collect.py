@@ -21,6 +21,8 @@ from rich.table import Table
 from cdctl.cli.errors import fail, guarded, parse_time, run
 from cdctl.collect.fetch import NoProgress
 from cdctl.collect.run import CollectSettings, Summary, collect
+from cdctl.domain.errors import InvalidInput
+from cdctl.k8s.tokens import parse_service_account
 
 EXIT_PARTIAL = 4
 DEFAULT_NAMESPACE = "cdctl-system"
@@ -142,6 +144,12 @@ def collect_command(
     commands.
     """
     since_text = parse_time(since, "--since").isoformat(timespec="microseconds") if since else ""
+    if service_account:
+        try:
+            if parse_service_account(service_account)[0] != namespace:
+                raise ValueError(f"{service_account!r} is not in the driver namespace {namespace}")
+        except ValueError as exc:
+            raise InvalidInput("command line", "--service-account", str(exc)) from None
     settings = CollectSettings(
         output=output, namespace=namespace, kubeconfig=kubeconfig, since=since_text, domains=domains,
         nodes=nodes, selector=selector, service_account=service_account, concurrency=concurrency,

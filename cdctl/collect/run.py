@@ -122,36 +122,49 @@ async def collect(settings: CollectSettings, progress: Progress | None = None) -
     progress = progress or NoProgress()
     if not settings.output.parent.is_dir():
         raise StoreError(f"{settings.output}: directory {settings.output.parent} does not exist")
+    existed = settings.output.exists()
     with _lock(settings.output):
-        return await _collect_locked(settings, progress)
+        try:
+            return await _collect_locked(settings, progress)
+        except BaseException:
+            if not existed and settings.output.stat().st_size == 0:
+                settings.output.unlink()  # nothing collected: leave no empty file behind
+            raise
 
 
 async def _collect_locked(settings: CollectSettings, progress: Progress) -> Summary:
-    file = await asyncio.to_thread(CollectedFile.open, settings.output, create=True)
+    """The API first (a bad kubeconfig or no pods leave no file behind), then the file."""
+    client = await api_client(settings.kubeconfig)
     try:
-        _check_narrowing(file, settings)
-        client = await api_client(settings.kubeconfig)
+        api = KubeApi(client, request_timeout_s=60.0)
         try:
-            api = KubeApi(client, request_timeout_s=60.0)
-            return await _collect(file, api, str(client.configuration.host or ""), settings, progress)
+            pods = await component_pods(api, settings.namespace, settings.selector, settings.nodes)
+        except KubeApiError as exc:
+            raise PermanentError(f"cannot list the pods of namespace {settings.namespace}: {exc}") from None
+        if not pods:
+            raise PermanentError(
+                f"no cdctl controller or kubelet-plugin pods in namespace {settings.namespace}"
+                + (f" on nodes {', '.join(settings.nodes)}" if settings.nodes else "")
+            )
+        file = await asyncio.to_thread(CollectedFile.open, settings.output, create=True)
+        try:
+            _check_narrowing(file, settings)
+            server = str(client.configuration.host or "")
+            return await _collect(file, api, server, pods, settings, progress)
         finally:
-            await client.close()
+            file.close()
     finally:
-        file.close()
+        await client.close()
 
 
 async def _collect(
-    file: CollectedFile, api: KubeApi, server: str, settings: CollectSettings, progress: Progress
+    file: CollectedFile,
+    api: KubeApi,
+    server: str,
+    pods: list[ComponentPod],
+    settings: CollectSettings,
+    progress: Progress,
 ) -> Summary:
-    try:
-        pods = await component_pods(api, settings.namespace, settings.selector, settings.nodes)
-    except KubeApiError as exc:
-        raise PermanentError(f"cannot list the pods of namespace {settings.namespace}: {exc}") from None
-    if not pods:
-        raise PermanentError(
-            f"no cdctl controller or kubelet-plugin pods in namespace {settings.namespace}"
-            + (f" on nodes {', '.join(settings.nodes)}" if settings.nodes else "")
-        )
     writer = Writer(file)
     options = Options(settings.namespace, settings.since, (), settings.service_account)
     readers = [PodReader(api, pod, options, writer, 0, progress) for pod in pods]
