@@ -95,16 +95,17 @@ def main() -> None:
     work = Path(args.dir or tempfile.mkdtemp(prefix="cdctl-bench-collect-"))
     work.mkdir(parents=True, exist_ok=True)
     log = work / "events.db"
-    started = time.perf_counter()
+    built_s: float | None = None
     if not log.exists():
+        started = time.perf_counter()
         build = [sys.executable, __file__, "--build", str(log), "--events", str(args.events)]
         subprocess.run(build, check=True)
-    built_s = time.perf_counter() - started
+        built_s = round(time.perf_counter() - started, 1)
     answer = subprocess.run(
         [sys.executable, __file__, "--measure", str(log)], check=True, capture_output=True, text=True
     )
     figures = json.loads(answer.stdout.strip().splitlines()[-1])
-    figures |= {"build_s": round(built_s, 1), "python": platform.python_version()}
+    figures |= {"build_s": built_s, "python": platform.python_version()}  # None: the log was there
     figures |= {"machine": platform.machine(), "cpus": os.cpu_count()}
     for name, value in figures.items():
         print(f"{name:>28}: {value}")
