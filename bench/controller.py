@@ -1,15 +1,20 @@
-"""Controller benchmark on the simulated cluster (not a test): two figures, printed and saved.
+"""Controller benchmark on the simulated cluster (not a test): three phases, figures printed and saved.
 
 1. Scale-out: from creating 1,000 ComputeDomains to every one having its workload ResourceClaimTemplate and
    its daemon DaemonSet (target: under 20 s).
 2. Readiness: one domain with 144 daemon pods (8 cliques of 18) turning Ready one after another; from the last
    pod turning Ready to the domain's status reading Ready with 144 nodes (target: within 2 s). Also counts the
    clique and status writes made meanwhile (batching: far fewer than one per pod change).
+3. Failover (bench/failover.py): two `cdctl controller` processes with leader election (the chart's lease
+   settings by default); the leader is killed with SIGKILL several times. Figures: from the kill to the Lease
+   taken (target with the chart's defaults: under 5 s, to the first action too), from the Lease to the first
+   reconcile (target: within 1 s), and each replica's Lease requests a minute.
 
-The simulated API server runs in this process (one event loop, as the controller); the controller runs
-without a client-side rate limit (--kube-api-qps 0), with its event log in a SQLite file (as deployed) or in
-memory. Results go to bench/results/controller-<UTC time>.json.
-Run: `.venv/bin/python -m bench.controller [--domains N] [--event-log sqlite|memory]`.
+The simulated API server runs in this process (one event loop, as the controller in phases 1 and 2); the
+controller runs without a client-side rate limit (--kube-api-qps 0), with its event log in a SQLite file (as
+deployed) or in memory. Results go to bench/results/controller-<UTC time>.json.
+Run: `.venv/bin/python -m bench.controller [--domains N] [--event-log sqlite|memory]
+[--phases scale-out,readiness,failover] [--failover-rounds N] [--lease 3s,2s,500ms]`.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 import structlog
 
+from bench.failover import CHART_LEASE, failover_phase
 from cdctl.controller.app import run_controller
 from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings
@@ -106,6 +112,9 @@ class Bench:
         return self.store.update(
             pods, DRIVER_NAMESPACE, pod["metadata"]["name"], current, subresource="status"
         )
+
+    def exists(self, group: str, plural: str, namespace: str, name: str) -> bool:
+        return bool(self.store.exists_name(self.type_of(group, plural), namespace, name))
 
     def domain_status(self, name: str) -> dict[str, Any]:
         cd = self.store.get(self.type_of("resource.nvidia.com", "computedomains"), USER_NAMESPACE, name)
@@ -192,69 +201,123 @@ async def writes(log: EventStore, uid: str) -> dict[str, int]:
     return counts
 
 
-async def main(domains: int, event_log: str) -> dict[str, Any]:
+PHASES = ("scale-out", "readiness", "failover")
+
+
+async def main(
+    domains: int, event_log: str, phases: tuple[str, ...], failover: dict[str, Any]
+) -> dict[str, Any]:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    async with ApiServer(settings=ServerSettings(history_window=200_000)) as server:
-        bench = Bench(server)
-        bench.bootstrap()
-        kubeconfig = server.write_kubeconfig(Path(tempfile.mkdtemp()) / "kubeconfig")
-        settings = ControllerSettings(
-            pod_name="bench",
-            image_name="example.com/cdctl:bench",
-            log_verbosity_cd_daemon=0,
-            namespace=DRIVER_NAMESPACE,
-            kubeconfig=str(kubeconfig),
-            kube_api_qps=0.0,
-            workers=32,
-        )
-        log: EventStore = (
-            InMemoryEventStore()
-            if event_log == "memory"
-            else await SqliteEventStore.open(Path(tempfile.mkdtemp()) / "controller.db")
-        )
-        started: list[ControllerManager] = []
-        task = asyncio.create_task(run_controller(settings, started=started, store=log))
-        await until(lambda: bool(started) or task.done())
-        if task.done():
-            task.result()
-        manager = started[0]
-        await manager.synced.wait()
-        try:
-            first = await scale_out(bench, manager, domains)
-            second = await readiness(bench, manager, log)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            events_recorded = log.head()
-            await log.close()
-    return {
+    result: dict[str, Any] = {
         "benchmark": "controller",
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_1m_at_end": round(os.getloadavg()[0], 2),  # other work on the machine skews figures
-        },
         "settings": {
             "workers": 32,
             "kube_api_qps": 0,
             "event_log": event_log,
             "api_server": "cdctl.sim in process",
+            "phases": list(phases),
         },
-        "scale_out": first,
-        "readiness": second,
-        "events_recorded": events_recorded,
     }
+    async with ApiServer(settings=ServerSettings(history_window=200_000)) as server:
+        bench = Bench(server)
+        bench.bootstrap()
+        workdir = Path(tempfile.mkdtemp())
+        if "scale-out" in phases or "readiness" in phases:
+            result.update(await in_process_phases(server, bench, workdir, domains, event_log, phases))
+        if "failover" in phases:
+            result["failover"] = await failover_phase(
+                server,
+                bench,
+                namespace=DRIVER_NAMESPACE,
+                user_namespace=USER_NAMESPACE,
+                workdir=workdir,
+                **failover,
+            )
+    result["at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    result["machine"] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),  # other work on the machine skews figures
+    }
+    return result
+
+
+async def in_process_phases(
+    server: ApiServer, bench: Bench, workdir: Path, domains: int, event_log: str, phases: tuple[str, ...]
+) -> dict[str, Any]:
+    """Scale-out and readiness: one controller in this process, no leader election."""
+    kubeconfig = server.write_kubeconfig(workdir / "kubeconfig")
+    settings = ControllerSettings(
+        pod_name="bench",
+        image_name="example.com/cdctl:bench",
+        log_verbosity_cd_daemon=0,
+        namespace=DRIVER_NAMESPACE,
+        kubeconfig=str(kubeconfig),
+        kube_api_qps=0.0,
+        workers=32,
+    )
+    log: EventStore = (
+        InMemoryEventStore()
+        if event_log == "memory"
+        else await SqliteEventStore.open(workdir / "controller.db")
+    )
+    started: list[ControllerManager] = []
+    task = asyncio.create_task(run_controller(settings, started=started, store=log))
+    await until(lambda: bool(started) or task.done())
+    if task.done():
+        task.result()
+    manager = started[0]
+    await manager.synced.wait()
+    figures: dict[str, Any] = {}
+    try:
+        if "scale-out" in phases:
+            figures["scale_out"] = await scale_out(bench, manager, domains)
+        if "readiness" in phases:
+            figures["readiness"] = await readiness(bench, manager, log)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        figures["events_recorded"] = log.head()
+        await log.close()
+    return figures
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", type=int, default=1000)
     parser.add_argument("--event-log", choices=["sqlite", "memory"], default="sqlite")
+    parser.add_argument(
+        "--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)} (default: all)"
+    )
+    parser.add_argument(
+        "--failover-domains", type=int, default=300, help="domains converged before the kills"
+    )
+    parser.add_argument("--failover-rounds", type=int, default=5, help="how many times the leader is killed")
+    parser.add_argument(
+        "--failover-window", type=float, default=30.0, help="seconds over which Lease requests are counted"
+    )
+    parser.add_argument(
+        "--lease",
+        default=",".join(CHART_LEASE[k] for k in ("leaseDuration", "renewDeadline", "retryPeriod")),
+        help="leaseDuration,renewDeadline,retryPeriod (default: the chart's)",
+    )
     args = parser.parse_args()
-    result = asyncio.run(main(args.domains, args.event_log))
+    chosen = tuple(p.strip() for p in args.phases.split(",") if p.strip())
+    unknown = set(chosen) - set(PHASES)
+    if unknown:
+        parser.error(f"--phases: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PHASES)}")
+    durations = args.lease.split(",")
+    if len(durations) != 3:
+        parser.error("--lease: want leaseDuration,renewDeadline,retryPeriod, e.g. 3s,2s,500ms")
+    failover = {
+        "domains": args.failover_domains,
+        "rounds": args.failover_rounds,
+        "window_s": args.failover_window,
+        "lease": dict(zip(("leaseDuration", "renewDeadline", "retryPeriod"), durations, strict=True)),
+    }
+    result = asyncio.run(main(args.domains, args.event_log, chosen, failover))
     print(json.dumps(result, indent=2))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"controller-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"

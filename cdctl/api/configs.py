@@ -3,7 +3,11 @@
 Called by the kubelet plugin's prepare path (strict decoding of the configs users and the controller put in
 ResourceClaims and DeviceClasses) and unprepare path (lenient decoding of what was already accepted), and by
 the controller when it renders claim templates. Every decoding or validation error names the object and the
-field. Unlike the Go driver, an `allocationMode` other than "", Single or All is rejected.
+field. Unlike the Go driver, an `allocationMode` other than "", Single or All is rejected, and `domainID` must
+be a UUID (the ComputeDomain's uid: the daemon's directory on the node is named after it). Error texts repeat
+at most about 200 characters of the input. The chart's claim admission policy
+(charts/cdctl/files/admission-policies.yaml, docs/admission.md) refuses the same configs at `kubectl apply`
+in the same words: change both together.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cdctl.domain.errors import InvalidInput
+from cdctl.domain.errors import ECHO_LIMIT, InvalidInput, echo, is_uuid
 
 API_VERSION = "resource.nvidia.com/v1beta1"
 CHANNEL_CONFIG_KIND = "ComputeDomainChannelConfig"
@@ -26,6 +30,15 @@ _CHANNEL_FIELDS = {"apiVersion", "kind", "domainID", "allocationMode"}
 _DAEMON_FIELDS = {"apiVersion", "kind", "domainID"}
 
 
+def _validate_domain_id(domain_id: str, obj: str) -> None:
+    if not domain_id:
+        raise InvalidInput(obj, "domainID", "domainID cannot be empty")
+    if not is_uuid(domain_id):
+        raise InvalidInput(
+            obj, "domainID", f"domainID must be a ComputeDomain uid (a UUID), got {echo(domain_id)}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelConfig:
     """ComputeDomainChannelConfig: which domain's channel, and one channel (Single) or every channel (All)."""
@@ -35,11 +48,12 @@ class ChannelConfig:
     kind: str = CHANNEL_CONFIG_KIND
 
     def validate(self, obj: str) -> None:
-        if not self.domain_id:
-            raise InvalidInput(obj, "domainID", "domainID cannot be empty")
+        _validate_domain_id(self.domain_id, obj)
         if self.allocation_mode not in ALLOCATION_MODES:
             raise InvalidInput(
-                obj, "allocationMode", f"unknown allocationMode {self.allocation_mode!r} (want Single or All)"
+                obj,
+                "allocationMode",
+                f"unknown allocationMode {echo(self.allocation_mode)} (want Single or All)",
             )
 
     @property
@@ -61,8 +75,7 @@ class DaemonConfig:
     kind: str = DAEMON_CONFIG_KIND
 
     def validate(self, obj: str) -> None:
-        if not self.domain_id:
-            raise InvalidInput(obj, "domainID", "domainID cannot be empty")
+        _validate_domain_id(self.domain_id, obj)
 
     def to_json(self) -> dict[str, Any]:
         return {"apiVersion": API_VERSION, "kind": self.kind, "domainID": self.domain_id}
@@ -75,8 +88,10 @@ def _as_mapping(raw: Any, obj: str) -> Mapping[str, Any]:
     if isinstance(raw, bytes | str):
         try:
             raw = json.loads(raw)
-        except ValueError as exc:
-            raise InvalidInput(obj, "parameters", f"error decoding config parameters: {exc}") from exc
+        except (ValueError, RecursionError) as exc:
+            raise InvalidInput(
+                obj, "parameters", f"error decoding config parameters: {echo(str(exc))}"
+            ) from exc
     if not isinstance(raw, Mapping):
         raise InvalidInput(obj, "parameters", "error decoding config parameters: not a JSON object")
     return raw
@@ -98,19 +113,23 @@ def decode_config(raw: Any, *, strict: bool, obj: str) -> DeviceConfig:
     kind = _string(data, "kind", obj)
     if api_version != API_VERSION:
         raise InvalidInput(
-            obj, "apiVersion", f"error decoding config parameters: unsupported apiVersion {api_version!r}"
+            obj, "apiVersion", f"error decoding config parameters: unsupported apiVersion {echo(api_version)}"
         )
     if kind == CHANNEL_CONFIG_KIND:
         allowed = _CHANNEL_FIELDS
     elif kind == DAEMON_CONFIG_KIND:
         allowed = _DAEMON_FIELDS
     else:
-        raise InvalidInput(obj, "kind", f"error decoding config parameters: unsupported kind {kind!r}")
+        raise InvalidInput(obj, "kind", f"error decoding config parameters: unsupported kind {echo(kind)}")
     if strict:
         for key in data:
             if key not in allowed:
-                problem = f'strict decoding error: unknown field "{key}"'
-                raise InvalidInput(obj, key, f"error decoding config parameters: {problem}")
+                shown = json.dumps(key)
+                if len(shown) > ECHO_LIMIT:
+                    shown = f"{shown[:ECHO_LIMIT]}... ({len(key)} characters)"
+                problem = f"strict decoding error: unknown field {shown}"
+                field = key if len(key) <= 60 else f"{key[:60]}..."
+                raise InvalidInput(obj, field, f"error decoding config parameters: {problem}")
     domain_id = _string(data, "domainID", obj)
     if kind == CHANNEL_CONFIG_KIND:
         return ChannelConfig(domain_id=domain_id, allocation_mode=_string(data, "allocationMode", obj))

@@ -6,8 +6,10 @@ CD_DAEMON_IMAGE_PULL_SECRET_NAMES, LOG_VERBOSITY_CD_DAEMON, MAX_NODES_PER_IMEX_D
 METRICS_PATH, PPROF_PATH, ADDITIONAL_NAMESPACES, LEADER_ELECTION_*, KUBECONFIG, KUBE_API_QPS, KUBE_API_BURST,
 FEATURE_GATES), plus cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE, RESOURCE_API_VERSION, LOG_FORMAT,
 LOG_VERBOSITY, RACK_DOMAINS, RACK_LABEL, RACK_DOMAIN_NAMESPACE, RACK_DOMAIN_NAME). Durations take
-Go's forms ("15s", "1m30s", "500ms"). SIGTERM/SIGINT stop cleanly (exit 0, the lease released); losing the
-lease exits 1; a typed error ends the command with a one-line reason and its exit code.
+Go's forms ("15s", "1m30s", "500ms"); with leader election, the lease duration must exceed the renew
+deadline, which must exceed 1.2 x the retry period (client-go's rule). SIGTERM/SIGINT stop cleanly (exit 0,
+the lease released); losing the lease exits 1; a typed error ends the command with a one-line reason and its
+exit code.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from click.decorators import FC
 from cdctl.api.gates import parse_feature_gates
 from cdctl.cli.logs import configure_logging
 from cdctl.controller.app import run_controller
-from cdctl.controller.leader import LeadershipLost
+from cdctl.controller.leader import LeadershipLost, check_durations
 from cdctl.controller.settings import ControllerSettings, LeaderElectionSettings
 from cdctl.domain.errors import CdctlError, InvalidInput
 from cdctl.domain.racks import (
@@ -302,6 +304,16 @@ def validate_reader(value: str) -> str:
 def build_settings(options: dict[str, object]) -> ControllerSettings:
     """The settings for parsed options (feature gates validated here: a bad gate stops the command)."""
     gates = parse_feature_gates(str(options["feature_gates"] or ""))
+    election = LeaderElectionSettings(
+        enabled=bool(options["leader_election_enabled"]),
+        lease_lock_namespace=str(options["leader_election_lease_lock_namespace"]),
+        lease_lock_name=str(options["leader_election_lease_lock_name"]),
+        lease_duration_s=float(str(options["leader_election_lease_duration"])),
+        renew_deadline_s=float(str(options["leader_election_renew_deadline"])),
+        retry_period_s=float(str(options["leader_election_retry_period"])),
+    )
+    if election.enabled:
+        check_durations(election)
     return ControllerSettings(
         pod_name=str(options["pod_name"]),
         image_name=str(options["image_name"]),
@@ -312,14 +324,7 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         max_nodes_per_imex_domain=int(str(options["max_nodes_per_imex_domain"])),
         additional_namespaces=split_list(str(options["additional_namespaces"])),
         feature_gates=gates,
-        leader_election=LeaderElectionSettings(
-            enabled=bool(options["leader_election_enabled"]),
-            lease_lock_namespace=str(options["leader_election_lease_lock_namespace"]),
-            lease_lock_name=str(options["leader_election_lease_lock_name"]),
-            lease_duration_s=float(str(options["leader_election_lease_duration"])),
-            renew_deadline_s=float(str(options["leader_election_renew_deadline"])),
-            retry_period_s=float(str(options["leader_election_retry_period"])),
-        ),
+        leader_election=election,
         http_endpoint=str(options["http_endpoint"] or ""),
         metrics_path=str(options["metrics_path"]),
         pprof_path=str(options["pprof_path"] or ""),

@@ -73,6 +73,13 @@ def _service_account(_ctx: click.Context, _param: click.Parameter, value: str) -
     help="The driver namespace (where ComputeDomainCliques live).",
 )
 @click.option(
+    "--additional-namespaces",
+    envvar="ADDITIONAL_NAMESPACES",
+    default="",
+    help="Comma list of more namespaces where the controller manages daemon DaemonSets (their claims are "
+    "prepared too).",
+)
+@click.option(
     "--cdi-root",
     envvar="CDI_ROOT",
     default="/etc/cdi",
@@ -207,6 +214,7 @@ def _service_account(_ctx: click.Context, _param: click.Parameter, value: str) -
 def kubelet_plugin(
     node_name: str,
     namespace: str,
+    additional_namespaces: str,
     cdi_root: Path,
     http_endpoint: str,
     metrics_path: str,
@@ -238,6 +246,7 @@ def kubelet_plugin(
     cfg = PluginConfig(
         node_name=node_name,
         namespace=namespace,
+        additional_namespaces=tuple(n.strip() for n in additional_namespaces.split(",") if n.strip()),
         cdi_root=cdi_root,
         registrar_dir=kubelet_registrar_directory_path,
         plugins_dir=kubelet_plugins_directory_path,

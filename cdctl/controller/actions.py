@@ -10,6 +10,7 @@ reconciler module of this package.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -103,21 +104,10 @@ class Actions:
     ) -> JsonObject | None:
         """PUT `body` (its resourceVersion guards against lost updates); None when the object is gone."""
         namespace, name = body["metadata"].get("namespace"), str(body["metadata"]["name"])
-        await self._intend(uid, action, resource, namespace or "", name)
-        try:
-            replaced = await self.api.replace(resource.object_path(namespace, name, subresource), body)
-        except NotFoundError:
-            await self._succeeded(uid, action, resource, namespace or "", name, "gone")
-            return None
-        except ConflictError as exc:
-            await self._failed(uid, action, resource, namespace or "", name, exc)
-            raise RetriableError(f"{action} {resource.kind} {namespace}/{name}: {exc}", delay=0.0) from exc
-        except KubeApiError as exc:
-            await self._failed(uid, action, resource, namespace or "", name, exc)
-            raise typed(exc, f"{action} {resource.kind} {namespace}/{name}") from exc
-        await self._succeeded(uid, action, resource, namespace or "", name)
-        await self.journal.observe_written(resource, replaced, Change.MODIFIED)
-        return replaced
+        path = resource.object_path(namespace, name, subresource)
+        return await self._modify(
+            uid, action, resource, namespace, name, lambda: self.api.replace(path, body)
+        )
 
     async def merge_patch(
         self,
@@ -130,9 +120,25 @@ class Actions:
     ) -> JsonObject | None:
         """Merge-patch one object (a resourceVersion in `patch` guards against lost updates, as `replace`
         does); None when the object is gone."""
+        path = resource.object_path(namespace, name)
+        return await self._modify(
+            uid, action, resource, namespace, name, lambda: self.api.merge_patch(path, patch)
+        )
+
+    async def _modify(
+        self,
+        uid: str,
+        action: str,
+        resource: ResourceType,
+        namespace: str | None,
+        name: str,
+        call: Callable[[], Awaitable[JsonObject]],
+    ) -> JsonObject | None:
+        """Record the intention, run the write `call`, record its outcome: a conflict is retried at once, a
+        gone object is a success with detail "gone" (None), other errors are typed."""
         await self._intend(uid, action, resource, namespace or "", name)
         try:
-            patched = await self.api.merge_patch(resource.object_path(namespace, name), patch)
+            written = await call()
         except NotFoundError:
             await self._succeeded(uid, action, resource, namespace or "", name, "gone")
             return None
@@ -143,8 +149,8 @@ class Actions:
             await self._failed(uid, action, resource, namespace or "", name, exc)
             raise typed(exc, f"{action} {resource.kind} {namespace}/{name}") from exc
         await self._succeeded(uid, action, resource, namespace or "", name)
-        await self.journal.observe_written(resource, patched, Change.MODIFIED)
-        return patched
+        await self.journal.observe_written(resource, written, Change.MODIFIED)
+        return written
 
     async def set_finalizer(
         self,

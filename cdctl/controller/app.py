@@ -2,6 +2,8 @@
 
 `run_controller(settings)` returns when cancelled (SIGTERM) after releasing the lease, and raises
 `LeadershipLost` when the lease is lost so the command exits non-zero and Kubernetes restarts a clean pod.
+With leader election, a replica follows the cluster into its own log from the start (a warm standby) and
+reconciles once it holds the Lease (cdctl.controller.manager).
 Called by cdctl.cli.controller; integration tests call it with a kubeconfig for the simulated cluster.
 """
 
@@ -13,8 +15,8 @@ from pathlib import Path
 import structlog
 
 from cdctl.controller.http import HttpEndpoint
-from cdctl.controller.leader import LeaderElector, identity_for
-from cdctl.controller.manager import ControllerManager, run_with_leadership
+from cdctl.controller.leader import LeaderElector, check_durations, identity_for
+from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings
 from cdctl.k8s.client import api_client
 from cdctl.k8s.discovery import discover_resource_version
@@ -76,11 +78,14 @@ async def run_controller(
         manager = ControllerManager(settings, api, store, resource_version)
         if isinstance(store, SqliteEventStore):
             manager.metrics.registry.register(EventLogHeadCollector(store))
-        elector = (
-            LeaderElector(api, settings.leader_election, identity_for(settings.pod_name))
-            if settings.leader_election.enabled
-            else None
-        )
+        elector = None
+        if settings.leader_election.enabled:
+            election = settings.leader_election
+            check_durations(election)
+            # Lease requests never queue behind the controller's own rate limit (a burst of writes must not
+            # starve renewals), and each is cut off at the renew deadline, as client-go's are.
+            lease_api = KubeApi(client, request_timeout_s=election.renew_deadline_s)
+            elector = LeaderElector(lease_api, election, identity_for(settings.pod_name))
 
         manager.elector = elector
 
@@ -109,8 +114,7 @@ async def run_controller(
             if elector is None:
                 await manager.run()
             else:
-                await elector.acquire()
-                await run_with_leadership(manager.run(), elector.hold())
+                await manager.run_elected(elector)
         finally:
             if elector is not None:
                 await elector.release()

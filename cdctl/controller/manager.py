@@ -9,6 +9,11 @@ reconcile and one write per object. Workers start only when the log has been rep
 has listed once, so a domain is never judged on a partial view. A sweep enqueues every known domain at start
 and every `cleanup_interval_s`, which tears down what domains that no longer exist left behind.
 With `rack_domains`, cdctl.controller.rackdomains runs beside the workers (one ComputeDomain per rack).
+
+`follow()` (replay, watch, record, fold) and `lead()` (reconcile) are separate: without leader election
+`run()` does both; with it, `run_elected()` follows from the start as a warm standby that writes nothing to
+the API, and leads once the Lease is won, after recording the takeover (LeadershipAcquired, stream
+`lease/<namespace>/<name>`) and, if its watches had not all listed yet, waiting for them (logged).
 cdctl.controller.app runs it inside API discovery, the event log, the HTTP endpoint and leader election.
 """
 
@@ -31,7 +36,8 @@ from cdctl.controller.queue import KeyedQueue, Outcome
 from cdctl.controller.rackdomains import RackDomains
 from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
-from cdctl.domain.events import Actor
+from cdctl.domain.events import Actor, NewEvent
+from cdctl.domain.leadership import LeadershipAcquired, lease_stream
 from cdctl.k8s.informer import Informer, Observation
 from cdctl.k8s.kube_events import EventRecorder
 from cdctl.k8s.resources import (
@@ -61,7 +67,7 @@ class ControllerManager:
         )
         self.journal = Journal(store, Actor(COMPONENT, pod=settings.pod_name), self._changed)
         self.view = self.journal.view
-        self.metrics = ControllerMetrics(self.view, lambda: self.queue.depth)
+        self.metrics = ControllerMetrics(self.view, lambda: self.queue.depth, lambda: self.leading)
         self.recorder = EventRecorder(api, COMPONENT, settings.pod_name)
         self.ctx = ReconcileContext(
             settings=settings,
@@ -75,7 +81,11 @@ class ControllerManager:
         self.reconciler = ComputeDomainReconciler(self.ctx)
         self.rack_domains = RackDomains(self.ctx) if settings.rack_domains else None
         self.informers = self._informers(resource_version)
-        self.synced = asyncio.Event()
+        self.replayed = asyncio.Event()  # the log is folded into the view (before any watch)
+        self.synced = asyncio.Event()  # and every informer has listed once
+        self.leading = False  # reconciling: always without leader election, else while holding the Lease
+        self.acquired_at: float | None = None  # the loop time the Lease was won
+        self.first_reconcile_at: float | None = None
         self.outcome_hooks: list[Callable[[Outcome], None]] = []
         self._background: set[asyncio.Future[None]] = set()
         self.elector: LeaderElector | None = None  # set by run_controller when leader election is on
@@ -106,13 +116,21 @@ class ControllerManager:
         return informers
 
     def _changed(self, uid: str) -> None:
-        """A domain's view changed: reconcile it once the batch window has gathered what comes with it."""
+        """A domain's view changed: reconcile it once the batch window has gathered what comes with it.
+
+        A standby only records and folds; the sweep that starts its leadership enqueues every domain."""
+        if not self.leading:
+            return
         if self.settings.batch_window_s > 0:
             self.queue.add_after(uid, self.settings.batch_window_s)
         else:
             self.queue.add(uid)
 
     async def _reconcile(self, uid: str) -> None:
+        if self.first_reconcile_at is None:
+            self.first_reconcile_at = asyncio.get_running_loop().time()
+            since = None if self.acquired_at is None else round(self.first_reconcile_at - self.acquired_at, 3)
+            log.info("first reconcile", **self._describe(uid), since_lease_acquired_s=since)
         await self.reconciler.reconcile(uid)
 
     def _describe(self, uid: str) -> dict[str, Any]:
@@ -147,10 +165,13 @@ class ControllerManager:
                 await self.journal.flush()
                 first_sync.set()
 
-    async def run(self) -> None:
-        """Run until cancelled."""
+    async def follow(self) -> None:
+        """Replay the log, then record and fold what every informer observes, until cancelled.
+
+        What a leader and a standby both do: neither writes to the API here."""
         replayed = await self.journal.replay()
         log.info("event log replayed", events=replayed, domains=len(self.view.uids()))
+        self.replayed.set()
         async with asyncio.TaskGroup() as group:
             group.create_task(self.journal.run())
             first_syncs = []
@@ -158,14 +179,65 @@ class ControllerManager:
                 first_sync = asyncio.Event()
                 first_syncs.append(first_sync)
                 group.create_task(self._follow(informer, first_sync))
+            if self.rack_domains is not None:
+                group.create_task(self.rack_domains.follow())
             for first_sync in first_syncs:
                 await first_sync.wait()
             log.info("caches populated", informers=len(self.informers), domains=len(self.view.uids()))
             self.synced.set()
+
+    async def lead(self) -> None:
+        """Reconcile until cancelled: the workers, the sweep and rack domains, on a synced view only."""
+        if not self.synced.is_set():
+            log.info("waiting for every watch to list once before the first reconcile")
+            await self.synced.wait()
+            log.info("watches synced: reconciling", domains=len(self.view.uids()))
+        if self.rack_domains is not None:
+            await self.rack_domains.synced.wait()
+        await self.journal.flush()  # what was observed so far is folded before the first decision
+        self.leading = True
+        async with asyncio.TaskGroup() as group:
             group.create_task(self.queue.run())
             group.create_task(self._sweep())
             if self.rack_domains is not None:
-                group.create_task(self.rack_domains.run())
+                group.create_task(self.rack_domains.act())
+
+    async def run(self) -> None:
+        """Run as the only controller (no leader election) until cancelled."""
+        await run_until_first_ends(self.follow(), self.lead())
+
+    async def run_elected(self, elector: LeaderElector) -> None:
+        """Follow as a warm standby until `elector` wins the Lease, then lead while it holds it.
+
+        Renewing starts the moment the Lease is won; the takeover is recorded (LeadershipAcquired) before
+        the first reconcile, which waits for the view to be synced if it was not yet."""
+        await run_until_first_ends(self.follow(), self._elected(elector))
+
+    async def _elected(self, elector: LeaderElector) -> None:
+        await elector.acquire()
+        await run_until_first_ends(self._take_over(elector), elector.hold())
+
+    async def _take_over(self, elector: LeaderElector) -> None:
+        acquisition = elector.acquisition
+        await self.replayed.wait()
+        if acquisition is not None:
+            self.acquired_at = acquisition.at
+            election = self.settings.leader_election
+            event = LeadershipAcquired(
+                identity=elector.identity,
+                lease_namespace=election.lease_lock_namespace,
+                lease_name=election.lease_lock_name,
+                how=acquisition.how,
+                previous_holder=acquisition.previous_holder,
+                lease_transitions=acquisition.lease_transitions,
+                acquire_time=acquisition.acquire_time,
+                lease_duration_s=election.lease_duration_s,
+                silent_s=acquisition.silent_s,
+                view_synced=self.synced.is_set(),
+            )
+            stream = lease_stream(election.lease_lock_namespace, election.lease_lock_name)
+            await self.journal.store.append(stream, [NewEvent.of(event, actor=self.journal.actor)])
+        await self.lead()
 
     async def _sweep(self) -> None:
         while True:
@@ -174,9 +246,9 @@ class ControllerManager:
             await asyncio.sleep(self.settings.cleanup_interval_s)
 
 
-async def run_with_leadership(work: Coroutine[Any, Any, None], hold: Coroutine[Any, Any, None]) -> None:
-    """Run `work` while `hold` keeps the lease; whichever ends first ends both, and its error is raised."""
-    tasks = [asyncio.ensure_future(work), asyncio.ensure_future(hold)]
+async def run_until_first_ends(*work: Coroutine[Any, Any, None]) -> None:
+    """Run the coroutines together; whichever ends first ends all, and its error is raised."""
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in work]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -1,7 +1,8 @@
 """Prometheus metrics of the controller, on a registry of its own.
 
 `nvidia_dra_compute_domain_info{status}` (the Go driver's name) counts ComputeDomains per global status and is
-computed from the view at scrape time, so a deleted domain leaves it without bookkeeping. Reconcile counts,
+computed from the view at scrape time, so a deleted domain leaves it without bookkeeping; only the replica
+that leads reports it (`cdctl_controller_leader` says which one does). Reconcile counts,
 durations and errors come from the work queue's outcomes; queue depth and recorded events are read live.
 Served by cdctl.controller.http; fed by cdctl.controller.manager.
 """
@@ -20,21 +21,29 @@ from cdctl.domain.computedomains import STATUS_NOT_READY, STATUS_READY
 
 
 class _LiveCollector(Collector):
-    def __init__(self, view: DomainView, queue_depth: Callable[[], int]) -> None:
+    def __init__(self, view: DomainView, queue_depth: Callable[[], int], leading: Callable[[], bool]) -> None:
         self.view = view
         self.queue_depth = queue_depth
+        self.leading = leading
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        leading = self.leading()
+        leader = GaugeMetricFamily(
+            "cdctl_controller_leader", "1 while this replica reconciles (holds the Lease), 0 on a standby"
+        )
+        leader.add_metric([], 1 if leading else 0)
+        yield leader
         info = GaugeMetricFamily(
             "nvidia_dra_compute_domain_info", "Number of ComputeDomains per global status", labels=["status"]
         )
-        counts = {STATUS_READY: 0, STATUS_NOT_READY: 0}
-        for state in self.view:
-            if state.cd is not None:
-                status = str(state.cd.status.get("status") or STATUS_NOT_READY)
-                counts[status] = counts.get(status, 0) + 1
-        for status, count in sorted(counts.items()):
-            info.add_metric([status], count)
+        if leading:  # a standby's view is as current, but only one replica reports, so sums stay right
+            counts = {STATUS_READY: 0, STATUS_NOT_READY: 0}
+            for state in self.view:
+                if state.cd is not None:
+                    status = str(state.cd.status.get("status") or STATUS_NOT_READY)
+                    counts[status] = counts.get(status, 0) + 1
+            for status, count in sorted(counts.items()):
+                info.add_metric([status], count)
         yield info
         depth = GaugeMetricFamily("cdctl_controller_queue_depth", "ComputeDomains waiting to be reconciled")
         depth.add_metric([], self.queue_depth())
@@ -42,7 +51,9 @@ class _LiveCollector(Collector):
 
 
 class ControllerMetrics:
-    def __init__(self, view: DomainView, queue_depth: Callable[[], int]) -> None:
+    def __init__(
+        self, view: DomainView, queue_depth: Callable[[], int], leading: Callable[[], bool] = lambda: True
+    ) -> None:
         self.registry = CollectorRegistry()
         self.reconciles = Counter(
             "cdctl_controller_reconcile_total",
@@ -62,7 +73,7 @@ class ControllerMetrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=self.registry,
         )
-        self.registry.register(_LiveCollector(view, queue_depth))
+        self.registry.register(_LiveCollector(view, queue_depth, leading))
 
     def observe(self, outcome: Outcome) -> None:
         self.reconciles.labels(outcome.result).inc()

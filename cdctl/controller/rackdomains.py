@@ -18,7 +18,8 @@ Every decision that changes or protects something (created, kept, deleted, confl
 stream `rack/<name>` of the controller's log (`cdctl events --stream 'rack/*'`); a decision is recorded when
 it differs from the last one recorded for the rack (a domain kept while its claims go one by one: once). A
 newly created domain then goes through the normal reconcile, since the controller's ComputeDomain informer
-sees it like any other. Started by cdctl.controller.manager while this replica leads.
+sees it like any other. cdctl.controller.manager runs `follow` from the start, on a standby too, and
+`act` while this replica leads.
 """
 
 from __future__ import annotations
@@ -107,6 +108,12 @@ class RackDomains:
     async def run(self) -> None:
         """Follow nodes, rack domains and claims; decide about every rack once all three have listed."""
         async with asyncio.TaskGroup() as group:
+            group.create_task(self.follow())
+            group.create_task(self.act())
+
+    async def follow(self) -> None:
+        """Follow nodes, rack domains and claims until cancelled (a standby too: it writes nothing)."""
+        async with asyncio.TaskGroup() as group:
             syncs = [asyncio.Event() for _ in range(3)]
             group.create_task(self._follow(self.nodes, self._node_changed, syncs[0]))
             group.create_task(self._follow(self.domains, self._domain_changed, syncs[1]))
@@ -115,6 +122,11 @@ class RackDomains:
                 await sync.wait()
             self.synced.set()
             log.info("rack domains: caches populated", racks=len(self._members), label=self.label)
+
+    async def act(self) -> None:
+        """Decide about every rack, once all three informers have listed, until cancelled (the leader)."""
+        await self.synced.wait()
+        async with asyncio.TaskGroup() as group:
             group.create_task(self.queue.run())
             group.create_task(self._sweep())
 

@@ -5,7 +5,10 @@ domain's `status.nodes` without the ComputeDomainCliques gate) to `PeerUpdater.a
 
 * DNS-names mode: every slot name is mapped in the hosts file, unused slots to an address that reaches no one
   (cdctl.domain.imex.slot_addresses). IMEX starts once this daemon's own entry is listed; after that a change
-  of the map is followed by SIGUSR1 so IMEX re-resolves the names. An unchanged map does nothing.
+  of the map is followed by SIGUSR1 so IMEX re-resolves the names. IMEX takes its node id from its own slot
+  when it starts and keeps it through a SIGUSR1 (the Go driver's issue 1418), so a change that moves this
+  daemon's own slot restarts IMEX instead (a change that drops its entry only signals: there is no slot to
+  restart into until it is listed again). An unchanged map does nothing.
 * IP mode: as the Go driver, wait until as many daemons are registered as the domain's `numNodes`, then write
   the peers' IPs as the node list and restart IMEX (it reads the list only at start); an unchanged list does
   nothing.
@@ -27,6 +30,7 @@ from cdctl.domain.imex import (
     PeerListing,
     ip_node_list,
     own_clique,
+    own_slot,
     peer_change,
     slot_addresses,
 )
@@ -41,6 +45,14 @@ class PeerUpdater:
         self.journal = journal
         self.applied: dict[str, str] | None = None  # DNS mode: slot -> address last written
         self.applied_nodes: list[str] | None = None  # IP mode: node list last written
+        self.imex_slot: str | None = None  # DNS mode: the slot the running IMEX took its node id from
+        supervisor.on_spawn = self._imex_starting
+
+    def _imex_starting(self) -> None:
+        """An IMEX is about to start (first start, restart, recovery from a crash): it reads the hosts file
+        as last written, so its node id will be the index of the slot `applied` gives this pod."""
+        if self.settings.dns_names and self.applied is not None:
+            self.imex_slot = own_slot(self.applied, self.settings.pod_ip)
 
     async def apply(self, listing: PeerListing) -> None:
         if self.settings.dns_names:
@@ -65,8 +77,14 @@ class PeerUpdater:
         change = peer_change(self.applied or {}, mapping, s.unused_address)
         update_hosts(s.hosts_file, mapping)
         self.applied = mapping
+        slot, was = own_slot(mapping, s.pod_ip), self.imex_slot
         if await self.supervisor.ensure_started("first start"):
             action = "started IMEX"
+        elif not self.supervisor.running:
+            action = "hosts updated; IMEX restart pending"  # the pending restart reads the new hosts file
+        elif slot is not None and slot != was:
+            action = f"restarted IMEX: own slot moved from {was} to {slot}"
+            await self.supervisor.restart(f"own slot moved from {was} to {slot}")
         elif self.supervisor.reload():
             action = "sent SIGUSR1"
         else:

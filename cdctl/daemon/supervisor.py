@@ -6,7 +6,9 @@ child that has not set up its handling would die of it). A watcher task waits on
 nobody asked for is recorded (exit code or signal) and followed by a restart after an exponential backoff
 that starts at `backoff_s`, doubles up to `backoff_max_s`, and resets once a child has run for `stable_s`.
 A restart that cannot start the child sets `failed` (with `error`) for the caller to end on. The child
-inherits the daemon's stdout and stderr, as in the Go driver. `stop()` sends SIGTERM and waits.
+inherits the daemon's stdout and stderr, as in the Go driver. `stop()` sends SIGTERM and waits. `on_spawn`,
+when set, is called just before each child is started, whoever starts it (cdctl.daemon.peers notes which slot
+the new IMEX will take its node id from).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class ImexSupervisor:
         self._watcher: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._stopping = False
+        self.on_spawn: Callable[[], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -140,6 +143,8 @@ class ImexSupervisor:
         await asyncio.wait([watcher])
 
     async def _spawn(self, reason: str) -> None:
+        if self.on_spawn is not None:
+            self.on_spawn()
         try:
             process = await asyncio.create_subprocess_exec(*self.argv)
         except OSError as exc:

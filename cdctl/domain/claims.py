@@ -3,7 +3,12 @@
 Every transition of a prepared claim is an event in stream `claim/<uid>` of the node's event log; the
 projections (claim_lifecycle, channel_allocations, checkpoint_transitions) and the plugin's restart path fold
 them. States: PrepareStarted -> PrepareCompleted -> Unprepared, plus PrepareFailed and Invalidated (the node
-rebooted). A Prepare for an allocation that was already unprepared is fenced (ClaimPrepareFenced).
+rebooted). A Prepare for an allocation that was already unprepared is fenced (ClaimPrepareFenced). A repeated
+Prepare of a completed claim that finds its CDI spec or domain directory missing or changed rewrites them and
+records ClaimPrepareRepaired (the state stays PrepareCompleted).
+
+Which claims keep a domain's node label on their node is decided here too (`holds_node_label`): the plugin
+removes the label only when none of them is left.
 
 `ClaimRecord` is the pure fold of one claim stream that the plugin keeps in memory (its checkpoint), rebuilt
 from the log on restart. Stream `plugin/<node>` carries `PluginStarted` (the boot id that invalidation uses).
@@ -12,6 +17,7 @@ from the log on restart. Stream `plugin/<node>` carries `PluginStarted` (the boo
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -142,6 +148,22 @@ class ClaimPrepareFenced(DomainEvent):
     reason: str
 
 
+@event_type("ClaimPrepareRepaired", version=1)
+@dataclass(frozen=True, slots=True)
+class ClaimPrepareRepaired(DomainEvent):
+    """A Prepare of a completed claim found what it had written gone or changed and wrote it again.
+
+    `repaired` names each thing rewritten: "cdi-spec" (the claim's CDI spec at `cdi_path`) and/or
+    "domain-dir" (a daemon's domain directory and its IMEX config template at `domain_dir`); `reason` says
+    what was found (e.g. "CDI spec missing")."""
+
+    claim_uid: str
+    repaired: list[str] = field(default_factory=list)
+    reason: str = ""
+    cdi_path: str = ""
+    domain_dir: str = ""
+
+
 # Which state each event moves a claim to; events absent here do not change the state.
 TARGET_STATE: dict[str, ClaimState] = {
     ClaimPrepareStarted.TYPE: ClaimState.PREPARE_STARTED,
@@ -235,6 +257,46 @@ class ClaimRecord:
         return self.state is ClaimState.PREPARE_COMPLETED
 
 
+LABEL_HOLDING_STATES = frozenset(
+    {
+        ClaimState.PREPARE_STARTED,
+        ClaimState.PREPARE_COMPLETED,
+        ClaimState.PREPARE_FAILED,
+        ClaimState.INVALIDATED,
+    }
+)
+
+
+def holds_node_label(record: ClaimRecord, domain_uid: str) -> bool:
+    """Whether this claim keeps the node's ComputeDomain label of `domain_uid` on its node.
+
+    The rule: a node keeps the label of a domain while any channel claim of that domain on the node is
+
+    * PrepareStarted: being prepared (it labels the node before it waits for the daemon);
+    * PrepareCompleted: prepared, its pod runs on the daemon the label schedules;
+    * PrepareFailed, retriable or not: the kubelet retries the Prepare until it unprepares the claim, and a
+      claim waiting for its daemon fails (retriably) until the daemon the label schedules is Ready;
+    * Invalidated: prepared before a reboot. While its pod lives, the kubelet prepares it again; once the
+      pod is gone, the kubelet unprepares it, and the plugin's sweep does when its ResourceClaim is gone or
+      replaced. Either way it ends Unprepared, and only then stops counting.
+
+    An Unprepared claim holds nothing. A daemon claim never holds the label: its daemon runs because the
+    label is there, so counting it would keep a domain's daemon on a node no workload of it uses.
+    """
+    return (
+        record.kind == "channel"
+        and bool(domain_uid)
+        and record.domain_uid == domain_uid
+        and record.state in LABEL_HOLDING_STATES
+    )
+
+
+def label_holders(records: Iterable[ClaimRecord], domain_uid: str, *, besides: str = "") -> list[str]:
+    """The claims (uids) that keep the node's label of `domain_uid`, leaving out claim `besides` (the one
+    being unprepared): the label may be removed only when this is empty (see `holds_node_label`)."""
+    return [r.claim_uid for r in records if r.claim_uid != besides and holds_node_label(r, domain_uid)]
+
+
 def fold(record: ClaimRecord, event: DomainEvent, version: int) -> ClaimRecord:
     """Apply one event of the claim stream at `version`. Pure; raises InvalidInput on illegal moves."""
     state = next_state(record.state, event.TYPE)
@@ -268,6 +330,8 @@ def fold(record: ClaimRecord, event: DomainEvent, version: int) -> ClaimRecord:
         return dataclasses.replace(r, channels=tuple(c for c in r.channels if c not in gone))
     if isinstance(event, CdiSpecWritten):
         return dataclasses.replace(r, cdi_path=event.path, device_ids=tuple(event.device_ids))
+    if isinstance(event, ClaimPrepareRepaired):
+        return dataclasses.replace(r, cdi_path=event.cdi_path or r.cdi_path)
     if isinstance(event, ClaimPrepareCompleted):
         return dataclasses.replace(
             r, device_ids=tuple(event.device_ids), devices=tuple(event.devices), last_error=""

@@ -2,10 +2,37 @@
 
 Each error is either retriable (try again after `delay` seconds) or permanent. Boundaries map them: the gRPC
 server to a status or a per-claim error string, reconcilers to a requeue or a Kubernetes Event, the CLI to a
-one-line message and an exit code (`exit_code`).
+one-line message and an exit code (`exit_code`). `echo` and `clip` bound what an error text repeats of its
+input; `require_uuid` checks a uid from input before anything (a file path, a label) is built from it.
 """
 
 from __future__ import annotations
+
+import re
+import uuid
+
+ECHO_LIMIT = 200
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def echo(value: object, limit: int = ECHO_LIMIT) -> str:
+    """`value` as it may appear in an error text: its repr, cut to about `limit` characters (input from
+    claims and requests can be megabytes; an error repeats only enough of it to recognise)."""
+    return clip(repr(value), limit)
+
+
+def clip(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text` (a name or message from input) cut to about `limit` characters, saying how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def is_uuid(value: object) -> bool:
+    """Whether `value` is a UUID in the canonical lowercase 8-4-4-4-12 form Kubernetes writes as uids."""
+    if not isinstance(value, str) or not _UUID.fullmatch(value):
+        return False
+    return str(uuid.UUID(value)) == value
 
 
 class CdctlError(Exception):
@@ -42,6 +69,14 @@ class InvalidInput(PermanentError):
         self.obj = obj
         self.field = field
         self.problem = problem
+
+
+def require_uuid(value: object, obj: str, field: str) -> str:
+    """`value` if it is a canonical UUID (a Kubernetes uid), else InvalidInput naming `obj` and `field`."""
+    if not is_uuid(value):
+        raise InvalidInput(obj, field, f"must be a UUID (a Kubernetes uid), got {echo(value)}")
+    assert isinstance(value, str)
+    return value
 
 
 class ConcurrencyConflict(RetriableError):

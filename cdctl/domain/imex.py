@@ -93,6 +93,11 @@ def slot_addresses(
     return mapping
 
 
+def own_slot(mapping: Mapping[str, str], address: str) -> str | None:
+    """The slot `mapping` gives the daemon at `address` (its IMEX node id is that slot's index), or None."""
+    return next((name for name, mapped in sorted(mapping.items()) if mapped == address), None)
+
+
 def ip_node_list(entries: Iterable[DaemonEntry], clique_id: str) -> list[str]:
     """The IP mode node list: the clique's daemon addresses in index order."""
     return [e.ip_address for e in own_clique(entries, clique_id)]

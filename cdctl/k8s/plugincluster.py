@@ -11,6 +11,8 @@ already met makes the claim GET and the label write (when the label is missing),
   node); `cached_claim` answers only for the UID the kubelet asked for and the plugin decides whether that
   copy may be used (cdctl.plugin.driver); `get_claim` always reads fresh in the resource.k8s.io version the
   cluster serves.
+* `get_pod` reads one Pod fresh: the owner of a daemon claim, in the driver namespace (the chart grants `get`
+  on pods there only).
 * The node's label is decided on the watched copy of the Node: no request when it already carries the right
   value; writes carry the copy's resourceVersion, so a stale copy answers 409 and the write re-reads
   (cdctl.k8s.nodes). The copy written is remembered (read-your-writes).
@@ -37,7 +39,14 @@ from cdctl.domain.errors import PermanentError, RetriableError
 from cdctl.k8s import nodes
 from cdctl.k8s.errors import KubeApiError, NotFoundError
 from cdctl.k8s.informer import Change, Informer, Observation, is_stale
-from cdctl.k8s.resources import COMPUTE_DOMAIN_CLIQUES, COMPUTE_DOMAINS, NODES, RESOURCE_GROUP, ResourceType
+from cdctl.k8s.resources import (
+    COMPUTE_DOMAIN_CLIQUES,
+    COMPUTE_DOMAINS,
+    NODES,
+    PODS,
+    RESOURCE_GROUP,
+    ResourceType,
+)
 from cdctl.k8s.rest import JsonObject, KubeApi
 
 log = structlog.get_logger("cdctl.k8s.plugincluster")
@@ -263,6 +272,10 @@ class KubeClusterPort:
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         path = self.claims.object_path(namespace, name)
         return await _mapped(f"reading ResourceClaim {namespace}/{name}", lambda: self.api.get_or_none(path))
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        path = PODS.object_path(namespace, name)
+        return await _mapped(f"reading Pod {namespace}/{name}", lambda: self.api.get_or_none(path))
 
     async def add_node_label(self, node: str, domain_uid: str) -> None:
         known = self._nodes.get(node)

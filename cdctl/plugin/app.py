@@ -68,6 +68,7 @@ BIN_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "opt/bin")
 class PluginConfig:
     node_name: str
     namespace: str = "default"
+    additional_namespaces: tuple[str, ...] = ()  # the controller's ADDITIONAL_NAMESPACES (daemon claims)
     cdi_root: Path = Path("/etc/cdi")
     registrar_dir: Path = Path("/var/lib/kubelet/plugins_registry")
     plugins_dir: Path = Path("/var/lib/kubelet/plugins")
@@ -289,6 +290,8 @@ class PluginProcess:
             node=cfg.node_name,
             plugin_dir=cfg.plugin_dir,
             cdi_root=cfg.cdi_root,
+            driver_namespace=cfg.namespace,
+            additional_namespaces=cfg.additional_namespaces,
             proc_devices=cfg.proc_devices,
             fabric_imex_mgmt_cap=cfg.fabric_imex_mgmt_cap,
             host_managed=self.host_managed,

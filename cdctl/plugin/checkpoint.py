@@ -3,12 +3,14 @@
 Called by the prepare/unprepare path (cdctl.plugin.prepare) and at plugin start-up. `ClaimBook.load` folds
 every `claim/<uid>` stream into `ClaimRecord`s (cdctl.domain.claims.fold); `append` writes a decision's events
 atomically with the stream version it was based on (optimistic concurrency) and folds them into memory only
-after they are durable. `observe_boot` records the boot id and invalidates the prepared claims of an older
-boot (the Go driver's checkpoint invalidation, issue 951).
+after they are durable (a write begun is finished and folded even if its caller is cancelled).
+`observe_boot` records the boot id and invalidates the prepared claims of an older boot (the Go driver's
+checkpoint invalidation, issue 951).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 
 import structlog
@@ -92,6 +94,12 @@ class ClaimBook:
         probe = current
         for i, ev in enumerate(events, start=1):
             probe = c.fold(probe, ev, current.version + i)
+        # Shielded: a caller cancelled at its deadline must not leave a durable write unfolded in memory.
+        return await asyncio.shield(self._write(uid, events, current, expected))
+
+    async def _write(
+        self, uid: str, events: Sequence[DomainEvent], current: c.ClaimRecord, expected: int
+    ) -> c.ClaimRecord:
         recorded = await self.store.append(
             c.claim_stream(uid), [NewEvent.of(ev, actor=self.actor) for ev in events], expected
         )

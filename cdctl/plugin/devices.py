@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from cdctl.api.configs import ChannelConfig, DaemonConfig, DeviceConfig, decode_config
 from cdctl.domain.claims import ClaimRecord
-from cdctl.domain.errors import PermanentError, RetriableError
+from cdctl.domain.errors import InvalidInput, PermanentError, RetriableError, clip, echo, require_uuid
 
 DRIVER_NAME = "compute-domain.nvidia.com"
 MAX_CHANNELS = 2048
@@ -26,17 +27,15 @@ SOURCE_CLASS = "FromClass"
 SOURCE_CLAIM = "FromClaim"
 
 
+PUBLISHED_DEVICES = {"channel-0": CHANNEL, "daemon-0": DAEMON}
+"""The devices this node publishes in its ResourceSlice (cdctl.plugin.app); nothing else is prepared."""
+
+
 def device_type(name: str) -> tuple[str, int] | None:
-    """(`channel`, N) for channel-0..2047, (`daemon`, 0) for daemon-0; None if not allocatable here."""
-    kind, _, number = name.rpartition("-")
-    if not number.isdigit() or str(int(number)) != number:
-        return None
-    n = int(number)
-    if kind == CHANNEL and n < MAX_CHANNELS:
-        return CHANNEL, n
-    if kind == DAEMON and n == 0:
-        return DAEMON, n
-    return None
+    """(`channel`, 0) for channel-0, (`daemon`, 0) for daemon-0: the published devices; None for any other
+    name (a `channel-1` was never published, so a claim naming it was not allocated by the scheduler)."""
+    kind = PUBLISHED_DEVICES.get(name)
+    return (kind, 0) if kind is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +45,22 @@ class ClaimRef:
     name: str
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}:{self.uid}"
+        return f"{clip(self.namespace, 100)}/{clip(self.name, 100)}:{clip(self.uid, 60)}"
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def check_claim_ref(ref: ClaimRef) -> None:
+    """A claim reference from a kubelet request, checked before any request or path is made from it: the
+    uid a UUID, the namespace a DNS label, the name a DNS subdomain (an empty name would turn the claim's GET
+    into a LIST of the namespace)."""
+    require_uuid(ref.uid, "claim reference", "uid")
+    if not ref.namespace or len(ref.namespace) > 63 or not _DNS_LABEL.fullmatch(ref.namespace):
+        raise InvalidInput("claim reference", "namespace", f"not a namespace name: {echo(ref.namespace)}")
+    if not ref.name or len(ref.name) > 253 or not _DNS_SUBDOMAIN.fullmatch(ref.name):
+        raise InvalidInput("claim reference", "name", f"not a ResourceClaim name: {echo(ref.name)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,50 +80,136 @@ class AllocationConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """One of the claim's `metadata.ownerReferences`."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRef:
+    """One of the claim's `status.reservedFor` entries."""
+
+    resource: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class AllocatedClaim:
     ref: ClaimRef
     results: tuple[AllocationResult, ...]
     configs: tuple[AllocationConfig, ...]
     allocation_id: str
+    owners: tuple[OwnerRef, ...] = ()
+    reserved_for: tuple[ConsumerRef, ...] = ()
 
     def own_results(self, driver: str = DRIVER_NAME) -> list[AllocationResult]:
         return [r for r in self.results if r.driver == driver]
 
 
-def parse_claim(obj: Mapping[str, Any]) -> AllocatedClaim:
-    """A ResourceClaim object to its allocation; a claim without `status.allocation` is a permanent error."""
-    meta = obj.get("metadata") or {}
-    ref = ClaimRef(str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", "")))
-    allocation = (obj.get("status") or {}).get("allocation")
+def _mapping(value: Any, obj: str, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInput(obj, field, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _items(value: Any, obj: str, field: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInput(obj, field, f"must be a list, got {type(value).__name__}")
+    return [_mapping(v, obj, f"{field}[{i}]") if v is not None else {} for i, v in enumerate(value)]
+
+
+def _text(data: Mapping[str, Any], key: str, obj: str, field: str) -> str:
+    value = data.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidInput(obj, f"{field}.{key}", f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def claim_object_name(namespace: str, name: str) -> str:
+    """`ResourceClaim <namespace>/<name>` for error texts, each part cut to about 100 characters."""
+    return f"ResourceClaim {clip(namespace, 100)}/{clip(name, 100)}"
+
+
+def parse_claim(obj: Any) -> AllocatedClaim:
+    """A ResourceClaim object to its allocation. Any shape the API server would not serve is an InvalidInput
+    naming the field; a claim without `status.allocation` is a permanent error."""
+    meta = _mapping(obj, "ResourceClaim", "(object)").get("metadata")
+    meta = _mapping(meta, "ResourceClaim", "metadata")
+    names = [_text(meta, k, "ResourceClaim", "metadata") for k in ("uid", "namespace", "name")]
+    ref = ClaimRef(*names)
+    what = claim_object_name(ref.namespace, ref.name)
+    owners = tuple(
+        OwnerRef(
+            api_version=_text(o, "apiVersion", what, f"metadata.ownerReferences[{i}]"),
+            kind=_text(o, "kind", what, f"metadata.ownerReferences[{i}]"),
+            name=_text(o, "name", what, f"metadata.ownerReferences[{i}]"),
+            uid=_text(o, "uid", what, f"metadata.ownerReferences[{i}]"),
+            controller=o.get("controller") is True,
+        )
+        for i, o in enumerate(_items(meta.get("ownerReferences"), what, "metadata.ownerReferences"))
+    )
+    status = _mapping(obj.get("status"), what, "status")
+    reserved = tuple(
+        ConsumerRef(
+            resource=_text(r, "resource", what, f"status.reservedFor[{i}]"),
+            name=_text(r, "name", what, f"status.reservedFor[{i}]"),
+            uid=_text(r, "uid", what, f"status.reservedFor[{i}]"),
+        )
+        for i, r in enumerate(_items(status.get("reservedFor"), what, "status.reservedFor"))
+    )
+    allocation = _mapping(status.get("allocation"), what, "status.allocation")
     if not allocation:
-        raise PermanentError(f"no allocation set in ResourceClaim {ref.name} in namespace {ref.namespace}")
-    devices = allocation.get("devices") or {}
-    results = tuple(
-        AllocationResult(
-            request=str(r.get("request", "")),
-            driver=str(r.get("driver", "")),
-            pool=str(r.get("pool", "")),
-            device=str(r.get("device", "")),
-            admin_access=bool(r.get("adminAccess") or False),
+        name, namespace = clip(ref.name, 100), clip(ref.namespace, 100)
+        raise PermanentError(f"no allocation set in ResourceClaim {name} in namespace {namespace}")
+    devices = _mapping(allocation.get("devices"), what, "status.allocation.devices")
+    results = []
+    for i, r in enumerate(_items(devices.get("results"), what, "status.allocation.devices.results")):
+        field = f"status.allocation.devices.results[{i}]"
+        admin = r.get("adminAccess")
+        if admin is not None and not isinstance(admin, bool):
+            raise InvalidInput(what, f"{field}.adminAccess", f"must be a boolean, got {type(admin).__name__}")
+        request, driver, pool, device = (
+            _text(r, k, what, field) for k in ("request", "driver", "pool", "device")
         )
-        for r in devices.get("results") or []
-    )
-    configs = tuple(
-        AllocationConfig(
-            source=str(c.get("source", "")),
-            requests=tuple(str(x) for x in c.get("requests") or []),
-            opaque=c.get("opaque"),
+        results.append(AllocationResult(request, driver, pool, device, admin_access=bool(admin)))
+    configs = []
+    for i, c in enumerate(_items(devices.get("config"), what, "status.allocation.devices.config")):
+        field = f"status.allocation.devices.config[{i}]"
+        requests = c.get("requests")
+        if requests is not None and (
+            not isinstance(requests, list) or not all(isinstance(x, str) for x in requests)
+        ):
+            raise InvalidInput(what, f"{field}.requests", "must be a list of strings")
+        opaque = c.get("opaque")
+        configs.append(
+            AllocationConfig(
+                source=_text(c, "source", what, field),
+                requests=tuple(requests or ()),
+                opaque=None if opaque is None else _mapping(opaque, what, f"{field}.opaque"),
+            )
         )
-        for c in devices.get("config") or []
-    )
+    at = allocation.get("allocationTimestamp")
     ident = json.dumps(
         {
             "results": [[r.request, r.driver, r.pool, r.device] for r in results],
-            "at": allocation.get("allocationTimestamp", ""),
+            "at": at if isinstance(at, str) else "",
         },
         sort_keys=True,
     )
-    return AllocatedClaim(ref, results, configs, hashlib.sha256(ident.encode()).hexdigest()[:16])
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    return AllocatedClaim(ref, tuple(results), tuple(configs), digest, owners, reserved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +232,7 @@ def get_opaque_device_configs(
     by_source: dict[str, list[AllocationConfig]] = {SOURCE_CLASS: [], SOURCE_CLAIM: []}
     for c in configs:
         if c.source not in by_source:
-            raise PermanentError(f"invalid config source: {c.source}")
+            raise PermanentError(f"invalid config source: {clip(c.source)}")
         by_source[c.source].append(c)
     out: list[OpaqueConfig] = []
     for source in (SOURCE_CLASS, SOURCE_CLAIM):
@@ -173,14 +273,19 @@ def get_config_results_map(
     for result in claim.own_results(driver):
         typed = device_type(result.device)
         if typed is None:
-            raise PermanentError(f"requested device is not allocatable: {result.device}")
+            raise PermanentError(
+                f"requested device is not allocatable: {clip(result.device)} "
+                f"(this node publishes only {' and '.join(PUBLISHED_DEVICES)})"
+            )
         kind = typed[0]
         chosen: int | None = None
         for i in range(len(candidates) - 1, -1, -1):
             cand = candidates[i]
             if cand.requests and _matches(cand.requests, result.request):
                 if _kind_of(cand.config) != kind:
-                    raise PermanentError(f"cannot apply {cand.config.kind} to request: {result.request}")
+                    raise PermanentError(
+                        f"cannot apply {cand.config.kind} to request: {clip(result.request)}"
+                    )
                 chosen = i
                 break
             if not cand.requests and _kind_of(cand.config) == kind:

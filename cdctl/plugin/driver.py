@@ -3,8 +3,11 @@
 Called by the gRPC handlers (cdctl.plugin.server) for both API versions. Claims of a call are worked on
 concurrently; each is retried with exponential backoff (250 ms doubling to 3 s, like the Go plugin) while its
 error is retriable and the call's budget (40 s, inside the kubelet's 45 s) lasts; a claim waiting for its
-daemon retries as soon as a watch says Ready. A claim still failing at the deadline gets an error entry naming
-its last error (the Go plugin leaves it out of the response). Permanent errors end a claim's work at once.
+daemon retries as soon as a watch says Ready. Every attempt, and so every API request in it, runs under the
+call's deadline: a slow API server cannot hold a claim past it. A claim still failing (or waiting) at the
+deadline gets an error entry naming its last error (the Go plugin leaves it out of the response). Permanent
+errors end a claim's work at once. A claim reference that is not a UUID and two DNS names is refused before
+any request is made, and every error entry is cut to ERROR_LIMIT characters.
 Prepare needs the ResourceClaim itself (the kubelet sends only refs): a watched copy serves when
 `usable_cached_claim` says it is unambiguous, else it is read fresh (a GET).
 """
@@ -19,9 +22,9 @@ from typing import Any, TypeVar
 
 import structlog
 
-from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
+from cdctl.domain.errors import CdctlError, PermanentError, RetriableError, clip, echo
 from cdctl.plugin.checkpoint import ClaimBook
-from cdctl.plugin.devices import ClaimRef, parse_claim
+from cdctl.plugin.devices import ClaimRef, check_claim_ref, parse_claim
 from cdctl.plugin.metrics import DRIVER, PluginMetrics
 from cdctl.plugin.ports import ClusterPort
 from cdctl.plugin.prepare import DaemonNotReady, DeviceState
@@ -29,6 +32,7 @@ from cdctl.plugin.prepare import DaemonNotReady, DeviceState
 log = structlog.get_logger("cdctl.plugin.driver")
 
 KUBELET_CALL_TIMEOUT_S = 45.0
+ERROR_LIMIT = 1024  # an error entry's length at most: input echoed in it is already cut to about 200
 WATCHED_NOT_READY_RECHECK_S = 10.0  # see `pause`
 T = TypeVar("T")
 
@@ -87,6 +91,17 @@ async def pause(exc: RetriableError, delay: float, left: float) -> None:
             await exc.wake()
 
 
+async def _timeouts_retriable(attempt_fn: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await attempt_fn()
+    except TimeoutError as exc:
+        raise RetriableError(f"timed out: {echo(str(exc))}") from exc
+
+
+def _entry(what: str, ref: ClaimRef, problem: str) -> str:
+    return clip(f"error {what} devices for claim {ref}: {problem}", ERROR_LIMIT)
+
+
 class Driver:
     """Runs the per-claim prepare/unprepare work of one kubelet call under the retry policy."""
 
@@ -121,34 +136,43 @@ class Driver:
         return result
 
     async def _retry(self, what: str, ref: ClaimRef, attempt_fn: Callable[[], Awaitable[T]]) -> T | str:
-        """The attempt's result, or the error text for the claim's response entry."""
+        """The attempt's result, or the error text for the claim's response entry (within the budget)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.policy.budget_s
         attempt = 0
+        last = ""
         while True:
             try:
-                return await attempt_fn()
+                async with asyncio.timeout_at(deadline):
+                    return await _timeouts_retriable(attempt_fn)
+            except TimeoutError:  # the call's deadline, not one inside the attempt (those are retriable)
+                log.warning(f"{what} claim ran out of the call budget", claim=str(ref), last_error=last)
+                note = f"; last error: {last}" if last else ""
+                return _entry(
+                    what, ref, f"no answer within the call's {self.policy.budget_s:g} s budget "
+                    f"(attempt {attempt + 1} still waiting){note}; the kubelet will retry",
+                )  # fmt: skip
             except PermanentError as exc:
                 log.error(f"Permanent error {what} devices for claim", claim=str(ref), error=str(exc))
-                return f"error {what} devices for claim {ref}: {exc}"
+                return _entry(what, ref, str(exc))
             except RetriableError as exc:
+                last = str(exc)
                 delay = self.policy.backoff(attempt, exc.delay)
                 attempt += 1
                 if loop.time() + delay >= deadline:
                     log.warning(
                         f"gave up {what} claim within the call budget", claim=str(ref), error=str(exc)
                     )
-                    return (
-                        f"error {what} devices for claim {ref}: {exc} "
-                        f"(still failing after {attempt} attempts; the kubelet will retry)"
+                    return _entry(
+                        what, ref, f"{exc} (still failing after {attempt} attempts; the kubelet will retry)"
                     )
                 log.info(f"retrying {what} claim", claim=str(ref), error=str(exc), delay=round(delay, 3))
                 await pause(exc, delay, deadline - loop.time())
             except CdctlError as exc:
-                return f"error {what} devices for claim {ref}: {exc}"
+                return _entry(what, ref, str(exc))
             except Exception as exc:  # an unexpected bug: fail this claim, keep the call and the process
                 log.exception(f"unexpected error {what} claim", claim=str(ref))
-                return f"error {what} devices for claim {ref}: internal error: {exc!r}"
+                return _entry(what, ref, f"internal error: {echo(exc)}")
 
     def _cached_claim(self, ref: ClaimRef) -> dict[str, Any] | None:
         """The watched copy of the claim when it can stand in for a fresh read, else None."""
@@ -158,15 +182,21 @@ class Driver:
         return obj
 
     async def _prepare_one(self, ref: ClaimRef) -> PrepareOutcome:
+        try:
+            check_claim_ref(ref)
+        except CdctlError as exc:
+            return PrepareOutcome(error=_entry("preparing", ref, str(exc)))
         fence = self.state.book.version(ref.uid)  # anything that ends the claim after this point fences us
 
         async def attempt() -> list[dict[str, Any]]:
             obj = self._cached_claim(ref) or await self.cluster.get_claim(ref.namespace, ref.name)
             if obj is None:
                 raise RetriableError(f"ResourceClaim {ref.namespace}/{ref.name} not found", delay=0.5)
-            uid = (obj.get("metadata") or {}).get("uid")
+            uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj.get("metadata"), dict) else None
             if uid != ref.uid:
-                raise PermanentError(f"ResourceClaim {ref.namespace}/{ref.name} got replaced (uid {uid})")
+                raise PermanentError(
+                    f"ResourceClaim {ref.namespace}/{ref.name} got replaced (uid {echo(uid)})"
+                )
             return await self.state.prepare(parse_claim(obj), fence)
 
         got = await self._measured(

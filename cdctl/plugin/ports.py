@@ -20,6 +20,10 @@ class ClusterPort(Protocol):
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ResourceClaim as JSON read fresh, or None when it does not exist."""
 
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Pod as JSON read fresh, or None when it does not exist (daemon-claim authorization reads the
+        owner of a daemon claim, in the driver namespace only)."""
+
     async def get_compute_domain(self, uid: str) -> DomainInfo | None:
         """The ComputeDomain with this UID (any namespace), or None when it is unknown."""
 

@@ -2,13 +2,20 @@
 
 Called by cdctl.plugin.driver for each claim of a NodePrepareResources / NodeUnprepareResources call (one
 attempt each; the driver retries retriable errors within the kubelet's budget) and by the stale-claim sweep.
-Each attempt runs under the node lock. Events go to the claim stream before the world changes (node label,
-CDI file) and the outcome after: PrepareStarted, ChannelAllocated, CdiSpecWritten + PrepareCompleted, or
-PrepareFailed; Unprepare appends ChannelReleased + Unprepared. A prepare attempt that began before the claim
-was last unprepared or invalidated is fenced (Go issue 1162). Under HostManagedIMEX (`host_managed`) a
-channel claim is prepared without a node label or a readiness wait, `check_host_managed_config` refuses any
-allocationMode but unset/Single and every daemon claim, a node without a clique is refused, and unprepare
-leaves node labels alone; each refusal is a permanent ClaimPrepareFailed in the claim's stream.
+Attempts on one claim never interleave, but claims run side by side: no lock is held across an API request but
+the per-domain one around the node-label decision, and the device check is made again, atomically, when a
+claim completes (cdctl.plugin.locks). Events go to the claim stream before the world changes (node label, CDI
+file) and the outcome after: PrepareStarted, ChannelAllocated, CdiSpecWritten + PrepareCompleted, or
+PrepareFailed; Unprepare appends ChannelReleased + Unprepared and removes the node's label only when no other
+claim of the domain on this node holds it (cdctl.domain.claims.holds_node_label). A prepare attempt that began
+before the claim was last unprepared or invalidated is fenced (Go issue 1162). Under HostManagedIMEX
+(`host_managed`) a channel claim is prepared without a node label or a readiness wait,
+`check_host_managed_config` refuses any allocationMode but unset/Single and every daemon claim, a node without
+a clique is refused, and unprepare leaves node labels alone; each refusal is a permanent ClaimPrepareFailed in
+the claim's stream. A daemon claim is prepared only for the controller's daemon pod of an existing domain on
+this node (cdctl.plugin.daemonclaims), checked before its domain directory is built. A repeated Prepare of a
+completed claim repairs a missing or changed CDI spec or domain directory before it answers
+(cdctl.plugin.repair).
 """
 
 from __future__ import annotations
@@ -17,7 +24,6 @@ import asyncio
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,7 @@ from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import DomainEvent
 from cdctl.plugin import cdi
 from cdctl.plugin.checkpoint import ClaimBook
+from cdctl.plugin.daemonclaims import DOMAINS_DIR, authorize_daemon_claim, domain_dir
 from cdctl.plugin.devices import (
     CHANNEL,
     DAEMON,
@@ -39,18 +46,25 @@ from cdctl.plugin.devices import (
     ClaimRef,
     OpaqueConfig,
     assert_imex_channel_not_allocated,
+    claim_object_name,
     device_type,
     get_config_results_map,
     get_opaque_device_configs,
     requested_non_admin_devices,
     validate_no_overlapping_prepared_devices,
 )
+from cdctl.plugin.edits import DeviceFacts, channel_device, daemon_device, write_domain_dir
+from cdctl.plugin.locks import DeviceHolds, KeyedLocks
 from cdctl.plugin.ports import ClusterPort
+from cdctl.plugin.repair import RepairContext, repair_completed
 
 log = structlog.get_logger("cdctl.plugin.prepare")
 
-TEMPLATE_NAME = "compute-domain-daemon-config.tmpl.cfg"
 NOT_READY_DELAY = 0.5
+# What the stale sweep looks at: claims that may hold something on the node for a ResourceClaim now gone.
+SWEPT_STATES = frozenset(
+    {c.ClaimState.PREPARE_STARTED, c.ClaimState.PREPARE_FAILED, c.ClaimState.INVALIDATED}
+)
 HOST_MANAGED_ALLOCATION_MODES = ("", ALLOCATION_MODE_SINGLE)
 NO_CLIQUE_UNDER_HOST_MANAGED = "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
 
@@ -98,6 +112,16 @@ class PrepareSettings:
     node: str
     plugin_dir: Path  # <kubelet plugins dir>/compute-domain.nvidia.com
     cdi_root: Path
+    driver_namespace: str  # where the controller creates daemon DaemonSets (and their claims)
+    # More namespaces the controller manages daemon DaemonSets in (ADDITIONAL_NAMESPACES): an earlier
+    # install's DaemonSets there are reused, so their claims are prepared too.
+    additional_namespaces: tuple[str, ...] = ()
+
+    @property
+    def daemon_namespaces(self) -> tuple[str, ...]:
+        """The namespaces whose daemon claims are prepared: the driver namespace first."""
+        return tuple(dict.fromkeys((self.driver_namespace, *filter(None, self.additional_namespaces))))
+
     proc_devices: str = cdi.DEFAULT_PROC_DEVICES
     fabric_imex_mgmt_cap: str = cdi.FABRIC_IMEX_MGMT_CAP
     host_managed: bool = False
@@ -108,6 +132,7 @@ class PrepareSettings:
 class _Prepared:
     devices: list[dict[str, Any]] = field(default_factory=list)
     cdi_devices: list[cdi.ClaimDevice] = field(default_factory=list)
+    channel: bool = False  # a channel config was applied: the claim holds IMEX channel 0
 
 
 def _device_entry(result: AllocationResult, ids: list[str]) -> dict[str, Any]:
@@ -129,8 +154,10 @@ class DeviceState:
         self.book = book
         self.cluster = cluster
         self.fabric = fabric
-        self.lock = asyncio.Lock()
-        self._majors: dict[str, int] = {}
+        self.claim_locks = KeyedLocks()  # by claim uid: one attempt on a claim at a time
+        self.label_locks = KeyedLocks()  # by domain uid: one node-label decision of a domain at a time
+        self.holds = DeviceHolds()  # devices of claims whose completion is being written
+        self.facts = DeviceFacts(settings.proc_devices, settings.fabric_imex_mgmt_cap)
         # PrepareStarted waits here until the attempt's first write, so it commits with it (one fsync less).
         self._pending: dict[str, list[DomainEvent]] = {}
 
@@ -138,16 +165,18 @@ class DeviceState:
 
     async def prepare(self, claim: AllocatedClaim, fence_version: int) -> list[dict[str, Any]]:
         """One attempt; the kubelet Device entries on success. Raises RetriableError or PermanentError."""
-        async with self.lock:
+        uid = claim.ref.uid
+        async with self.claim_locks.hold(uid):
             try:
                 return await self._prepare(claim, fence_version)
             except PrepareFenced:
                 raise
             except CdctlError as exc:
-                await self._record_failure(claim.ref.uid, str(exc), isinstance(exc, RetriableError))
+                await self._record_failure(uid, str(exc), isinstance(exc, RetriableError))
                 raise
             finally:
-                self._pending.pop(claim.ref.uid, None)
+                self._pending.pop(uid, None)
+                self.holds.release(uid)
 
     async def _append(self, uid: str, events: list[DomainEvent]) -> None:
         """Append the attempt's pending events and `events` in one durable batch."""
@@ -169,13 +198,14 @@ class DeviceState:
             raise PrepareFenced(reason)
         if rec is not None and rec.completed:
             if rec.allocation == claim.allocation_id:
+                await self._repair(claim, rec)
                 return [dict(d) for d in rec.devices]
             raise RetriableError(
                 f"claim {claim.ref} is prepared for another allocation; waiting for its unprepare"
             )
         await self._start(claim, rec)
         validate_no_overlapping_prepared_devices(claim, self.book.records())
-        obj = f"ResourceClaim {claim.ref.namespace}/{claim.ref.name}"
+        obj = claim_object_name(claim.ref.namespace, claim.ref.name)
         configs = get_opaque_device_configs(claim.configs, strict=True, obj=obj)
         out = _Prepared()
         for opaque, results in get_config_results_map(claim, configs):
@@ -187,6 +217,9 @@ class DeviceState:
             else:
                 assert isinstance(opaque.config, DaemonConfig)
                 await self._apply_daemon(claim, opaque, results, out)
+        # Other claims ran while this one waited on the API: check the devices again and hold them until
+        # the completion is durable (no await between the check and the hold).
+        self.holds.take(claim, self.book.records(), channel=out.channel)
         events: list[DomainEvent] = []
         ids = [i for d in out.devices for i in d["cdi_device_ids"]]
         if out.cdi_devices:
@@ -199,6 +232,17 @@ class DeviceState:
         await self._append(uid, events)
         log.info("prepared claim", claim=str(claim.ref), devices=ids)
         return out.devices
+
+    async def _repair(self, claim: AllocatedClaim, rec: c.ClaimRecord) -> None:
+        """Rewrite what a completed claim's first Prepare wrote if it is gone or changed (an event if so)."""
+        s = self.settings
+        ctx = RepairContext(
+            s.plugin_dir, s.cdi_root, self.fabric.clique_id, self.facts, s.fsync,
+            lambda uid: self._domain(uid, "compute domain", permanent=True),
+        )  # fmt: skip
+        repaired = await repair_completed(ctx, claim, rec)
+        if repaired is not None:
+            await self.book.append(claim.ref.uid, [repaired])
 
     def _peek(self, claim: AllocatedClaim) -> tuple[str, str]:
         """Best-effort (kind, domain uid) for the PrepareStarted event; the strict pass comes after."""
@@ -254,15 +298,14 @@ class DeviceState:
             return  # the same retriable condition again: one event is enough
         await self.book.append(uid, [c.ClaimPrepareFailed(uid, reason, retriable)])
 
-    def _major(self, name: str) -> int:
-        if name not in self._majors:
-            self._majors[name] = cdi.device_major(name, self.settings.proc_devices)
-        return self._majors[name]
-
-    async def _domain(self, domain_id: str, what: str) -> DomainInfo:
+    async def _domain(self, domain_id: str, what: str, permanent: bool = False) -> DomainInfo:
+        """The ComputeDomain with this uid. A miss is retriable for a channel claim (permanent in the Go
+        driver; a domain created a moment ago may not be listed yet); a daemon claim (`permanent`) is made by
+        the controller only after its domain exists, so there a miss (after a fresh listing) is final."""
         domain = await self.cluster.get_compute_domain(domain_id)
         if domain is None:
-            # Permanent in the Go driver; an informer that has not caught up yet makes it retriable here.
+            if permanent:
+                raise PermanentError(f"{what} not found: {domain_id}: daemon claims need an existing domain")
             raise RetriableError(f"{what} not found: {domain_id}", delay=NOT_READY_DELAY)
         return domain
 
@@ -289,7 +332,7 @@ class DeviceState:
         if rec is None or len(rec.channels) < count:
             await self._append(uid, [c.ChannelAllocated(uid, s.node, 0, domain.uid, count)])
         if not s.host_managed:
-            await self.cluster.add_node_label(s.node, domain.uid)
+            await self._label(uid, domain.uid)
             if not await self.cluster.daemon_ready(domain, s.node, clique):
                 raise DaemonNotReady(
                     "current node not ready in ComputeDomain",
@@ -297,13 +340,21 @@ class DeviceState:
                     watched=self.cluster.readiness_watched(clique),
                 )
         result = results[0]
-        ids: list[str] = []
-        if clique:
-            major = self._major(cdi.CHANNEL_DEVICE_MAJOR_NAME)
-            nodes = tuple(cdi.channel_device_node(n, major) for n in range(count))
-            out.cdi_devices.append(cdi.ClaimDevice(result.device, cdi.ContainerEdits(device_nodes=nodes)))
-            ids.append(cdi.claim_device_id(uid, result.device))
+        device, ids = channel_device(uid, result.device, count, clique, self.facts)
+        if device is not None:
+            out.cdi_devices.append(device)
         out.devices.append(_device_entry(result, ids))
+        out.channel = True
+
+    async def _label(self, uid: str, domain_uid: str) -> None:
+        """Label the node for the domain, the claim already recorded as one that holds the label: an
+        Unprepare of the domain's last other claim then either removed the label before (and this adds it
+        again) or counts this claim and keeps it."""
+        rec = self.book.get(uid)
+        if (rec is None or not c.holds_node_label(rec, domain_uid)) and self._pending.get(uid):
+            await self._append(uid, [])
+        async with self.label_locks.hold(domain_uid):
+            await self.cluster.add_node_label(self.settings.node, domain_uid)
 
     async def _apply_daemon(
         self, claim: AllocatedClaim, opaque: OpaqueConfig, results: list[AllocationResult], out: _Prepared
@@ -315,66 +366,69 @@ class DeviceState:
             )
         if self.fabric.pending is not None:
             raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
-        domain_id = opaque.config.domain_id
-        root = s.plugin_dir / "domains" / domain_id
-        await asyncio.to_thread(self._write_template, root)
-        domain = await self._domain(domain_id, "compute domain")
-        clique = self.fabric.clique_id
-        env = (
-            f"CLIQUE_ID={clique}",
-            f"COMPUTE_DOMAIN_UUID={domain.uid}",
-            f"COMPUTE_DOMAIN_NAME={domain.name}",
-            f"COMPUTE_DOMAIN_NAMESPACE={domain.namespace}",
+        domain = await self._domain(opaque.config.domain_id, "compute domain", permanent=True)
+        await authorize_daemon_claim(
+            claim, domain, namespaces=s.daemon_namespaces, node=s.node, cluster=self.cluster
         )
-        nodes: tuple[cdi.DeviceNode, ...] = ()
-        if clique:
-            cap = cdi.read_capability(s.fabric_imex_mgmt_cap)
-            major = self._major(cdi.CAPS_DEVICE_MAJOR_NAME)
-            nodes = (cdi.DeviceNode(f"/dev/nvidia-caps/nvidia-cap{cap.minor}", major, cap.minor, cap.mode),)
-        edits = cdi.ContainerEdits(env=env, device_nodes=nodes, mounts=(cdi.Mount(str(root), "/imexd"),))
+        root = domain_dir(s.plugin_dir, domain.uid)  # only from a validated uid, after the checks
+        await asyncio.to_thread(write_domain_dir, root)
         result = results[0]
-        out.cdi_devices.append(cdi.ClaimDevice(result.device, edits))
-        ids = [cdi.BASE_DEVICE_ID, cdi.claim_device_id(claim.ref.uid, result.device)]
+        device, ids = daemon_device(
+            claim.ref.uid, result.device, domain, root, self.fabric.clique_id, self.facts
+        )
+        out.cdi_devices.append(device)
         out.devices.append(_device_entry(result, ids))
-
-    @staticmethod
-    def _write_template(root: Path) -> None:
-        root.mkdir(mode=0o755, parents=True, exist_ok=True)
-        text = (resources.files("cdctl.plugin") / "templates" / TEMPLATE_NAME).read_text()
-        target = root / "imexd.cfg.tmpl"
-        tmp = root / ".imexd.cfg.tmpl.tmp"
-        tmp.write_text(text)
-        tmp.chmod(0o644)
-        tmp.replace(target)
 
     # -------------------------------------------------------------- unprepare
 
-    async def unprepare(self, ref: ClaimRef, reason: str = "kubelet") -> bool:
-        """Undo a prepare; a claim this node never prepared (or already unprepared) is a no-op (False)."""
-        async with self.lock:
+    async def unprepare(self, ref: ClaimRef, reason: str = "kubelet", expected_version: int = 0) -> bool:
+        """Undo a prepare; a claim this node never prepared (or already unprepared) is a no-op (False), and
+        so is one whose stream moved past `expected_version` when that is given (the sweep decided on an
+        older record). The node's label goes only when no other claim of the domain holds it
+        (cdctl.domain.claims.holds_node_label): counted, removed and the claim marked Unprepared under the
+        domain's label lock, so two Unprepares of a domain's last claims cannot each count the other."""
+        async with self.claim_locks.hold(ref.uid):
             rec = self.book.get(ref.uid)
             if rec is None or rec.state in (None, c.ClaimState.UNPREPARED):
                 log.debug("Unprepare noop: claim not found in checkpoint data", claim=str(ref))
                 return False
-            s = self.settings
-            if rec.kind == CHANNEL and rec.domain_uid and not s.host_managed:
-                await self.cluster.remove_node_label(s.node, rec.domain_uid)
-            cdi.remove_spec(cdi.claim_spec_path(s.cdi_root, ref.uid))
-            events: list[DomainEvent] = []
-            if rec.channels:
-                events.append(c.ChannelReleased(ref.uid, s.node, rec.channels[0], len(rec.channels)))
-            events.append(c.ClaimUnprepared(ref.uid, reason))
-            await self.book.append(ref.uid, events)
-            log.info("unprepared claim", claim=str(ref), reason=reason)
+            if expected_version and rec.version != expected_version:
+                log.info("claim changed since the sweep looked; left alone", claim=str(ref))
+                return False
+            if rec.kind != CHANNEL or not rec.domain_uid or self.settings.host_managed:
+                await self._unprepared(ref, rec, reason)
+                return True
+            async with self.label_locks.hold(rec.domain_uid):
+                holders = c.label_holders(self.book.records(), rec.domain_uid, besides=ref.uid)
+                if holders:
+                    log.info("node label kept: other claims of the domain hold it", claim=str(ref),
+                             domain=rec.domain_uid, holders=holders)  # fmt: skip
+                else:
+                    await self.cluster.remove_node_label(self.settings.node, rec.domain_uid)
+                await self._unprepared(ref, rec, reason)
             return True
+
+    async def _unprepared(self, ref: ClaimRef, rec: c.ClaimRecord, reason: str) -> None:
+        """Remove the claim's CDI spec, then record its channels released and the claim Unprepared."""
+        s = self.settings
+        cdi.remove_spec(cdi.claim_spec_path(s.cdi_root, ref.uid))
+        events: list[DomainEvent] = []
+        if rec.channels:
+            events.append(c.ChannelReleased(ref.uid, s.node, rec.channels[0], len(rec.channels)))
+        events.append(c.ClaimUnprepared(ref.uid, reason))
+        await self.book.append(ref.uid, events)
+        log.info("unprepared claim", claim=str(ref), reason=reason)
 
     # ------------------------------------------------------------ background
 
     async def sweep_stale(self) -> list[str]:
-        """Unprepare partially prepared claims whose ResourceClaim is gone or replaced; their UIDs."""
+        """Unprepare partially prepared claims, and claims invalidated by a reboot, whose ResourceClaim is
+        gone or replaced; their UIDs. An invalidated claim keeps its domain's node label until it is
+        unprepared (cdctl.domain.claims.holds_node_label): this is how one whose pod the kubelet will never
+        unprepare lets go of it. A claim that changed while its ResourceClaim was read is left alone."""
         swept: list[str] = []
         for rec in list(self.book.records()):
-            if rec.state not in (c.ClaimState.PREPARE_STARTED, c.ClaimState.PREPARE_FAILED) or not rec.name:
+            if rec.state not in SWEPT_STATES or not rec.name:
                 continue
             try:
                 obj = await self.cluster.get_claim(rec.namespace, rec.name)
@@ -386,7 +440,7 @@ class DeviceState:
             current_uid = ((obj or {}).get("metadata") or {}).get("uid")
             ref = ClaimRef(rec.claim_uid, rec.namespace, rec.name)
             if obj is None or current_uid != rec.claim_uid:
-                if await self.unprepare(ref, reason="stale"):
+                if await self.unprepare(ref, reason="stale", expected_version=rec.version):
                     log.info("Checkpointed RC cleanup: unprepared stale claim", claim=str(ref))
                     swept.append(rec.claim_uid)
             else:
@@ -414,7 +468,7 @@ class DeviceState:
         The IMEX daemon's event log in that directory (its default, /imexd/events.db) is kept, moved to
         `imex-history/<uid>.db` beside it: why IMEX restarted on this node must outlive the domain.
         """
-        base = self.settings.plugin_dir / "domains"
+        base = self.settings.plugin_dir / DOMAINS_DIR
         removed: list[str] = []
         if not base.is_dir():
             return removed

@@ -33,9 +33,9 @@ from cdctl._proto.pluginregistration import (
     RegistrationStatusResponse,
     RegistrationStub,
 )
-from cdctl.domain.errors import CdctlError, RetriableError
+from cdctl.domain.errors import CdctlError, RetriableError, clip
 from cdctl.plugin.devices import DRIVER_NAME, ClaimRef
-from cdctl.plugin.driver import Driver
+from cdctl.plugin.driver import ERROR_LIMIT, Driver
 from cdctl.plugin.health import HealthBoard
 from cdctl.plugin.healthservice import (
     HEALTH_SERVICES,
@@ -43,6 +43,7 @@ from cdctl.plugin.healthservice import (
     HealthV1alpha1,
     with_unimplemented_fallback,
 )
+from cdctl.plugin.wire import RequestCodec
 
 log = structlog.get_logger("cdctl.plugin.server")
 
@@ -77,7 +78,7 @@ class _DraHandler:
         try:
             outcomes = await self.driver.prepare_resources(refs)
         except CdctlError as exc:
-            raise GRPCError(_status_for(exc), str(exc)) from exc
+            raise GRPCError(_status_for(exc), clip(str(exc), ERROR_LIMIT)) from exc
         m = self.mod
         return m.NodePrepareResourcesResponse(
             claims={
@@ -93,7 +94,7 @@ class _DraHandler:
         try:
             errors = await self.driver.unprepare_resources(refs)
         except CdctlError as exc:
-            raise GRPCError(_status_for(exc), str(exc)) from exc
+            raise GRPCError(_status_for(exc), clip(str(exc), ERROR_LIMIT)) from exc
         m = self.mod
         return m.NodeUnprepareResourcesResponse(
             claims={uid: m.NodeUnprepareResourceResponse(error=err) for uid, err in errors.items()}
@@ -235,7 +236,7 @@ class PluginServers:
         self.registration = Registration(str(paths.dra), on_registered)
         self.board = board or HealthBoard()
         dra: list[Any] = [DraV1(driver), DraV1beta1(driver), HealthV1alpha1(self.board), HealthV1(self.board)]
-        self._dra = with_unimplemented_fallback(Server(dra))
+        self._dra = with_unimplemented_fallback(Server(dra, codec=RequestCodec()))
         self._reg = with_unimplemented_fallback(Server([self.registration]))
         self._health_port = health_port
         self._health: Server | None = None

@@ -16,7 +16,9 @@ from cdctl.domain.claims import (
     ClaimPrepareCompleted,
     ClaimPrepareFailed,
     ClaimPrepareFenced,
+    ClaimPrepareRepaired,
     ClaimPrepareStarted,
+    ClaimState,
     ClaimUnprepared,
 )
 from cdctl.domain.events import RecordedEvent
@@ -143,24 +145,43 @@ class ChannelAllocations(Projection):
         return changes
 
 
+def _repair_reason(data: dict[str, object]) -> str:
+    repaired = data.get("repaired")
+    what = ", ".join(str(r) for r in repaired) if isinstance(repaired, list) else ""
+    found = str(data.get("reason") or "")
+    return f"repaired {what or 'what the first Prepare wrote'}" + (f": {found}" if found else "")
+
+
 class CheckpointTransitions(Projection):
     """Every state change of every claim, in log order: the audit trail that replaces checkpoint.json.
 
-    `from_state` is empty when the claim held nothing before: new here, or unprepared earlier.
+    `from_state` is empty when the claim held nothing before: new here, or unprepared earlier. A repair of a
+    completed claim (ClaimPrepareRepaired: its CDI spec or domain directory written again) is a row too,
+    PrepareCompleted to PrepareCompleted, whose reason says what was rewritten and why: the checkpoint held,
+    but what it stood for on the node did not.
     """
 
     name = table = "checkpoint_transitions"
     columns = ("position", "claim_uid", "from_state", "to_state", "at", "reason")
     key_columns = ("position",)
-    handles = frozenset(TARGET_STATE)
+    handles = frozenset({*TARGET_STATE, ClaimPrepareRepaired.TYPE})
 
     def fold(self, view: View, event: RecordedEvent) -> list[Change]:
-        target = TARGET_STATE.get(event.type)
         uid = _claim_uid(event)
-        if target is None or uid is None:
+        if uid is None:
             return []
         # An unprepared claim leaves the view, so its next transition starts from "" (holds nothing).
         last = view.get(("last", uid), {"state": ""})["state"]
+        if event.type == ClaimPrepareRepaired.TYPE:  # only a completed claim is repaired
+            state = last or str(ClaimState.PREPARE_COMPLETED)
+            repair = {
+                "position": event.position, "claim_uid": uid, "from_state": state, "to_state": state,
+                "at": format_time(event.recorded_at), "reason": _repair_reason(event.data),
+            }  # fmt: skip
+            return [Change((event.position,), repair, retain=False)]
+        target = TARGET_STATE.get(event.type)
+        if target is None:
+            return []
         row = {
             "position": event.position, "claim_uid": uid, "from_state": last, "to_state": str(target),
             "at": format_time(event.recorded_at), "reason": str(event.data.get("reason", "")),

@@ -10,6 +10,7 @@ from cdctl.api.configs import ChannelConfig, DaemonConfig, decode_config
 from cdctl.domain.errors import InvalidInput, PermanentError
 
 API = "resource.nvidia.com/v1beta1"
+U = "d0000000-0000-4000-8000-000000000001"
 
 
 def test_channel_config_decodes_both_fields() -> None:
@@ -65,7 +66,24 @@ def test_validate_requires_domain_id_and_a_known_allocation_mode() -> None:
     with pytest.raises(InvalidInput, match="domainID cannot be empty"):
         DaemonConfig().validate("default daemon config")
     with pytest.raises(InvalidInput) as err:
-        ChannelConfig(domain_id="u", allocation_mode="Many").validate("claim ns/c")
+        ChannelConfig(domain_id=U, allocation_mode="Many").validate("claim ns/c")
     assert err.value.field == "allocationMode"
     for mode in ("", "Single", "All"):
-        ChannelConfig(domain_id="u", allocation_mode=mode).validate("claim")
+        ChannelConfig(domain_id=U, allocation_mode=mode).validate("claim")
+
+
+@pytest.mark.parametrize(
+    "domain_id", ["../../../x", "/abs/dir", "dom-1", "D0000000-0000-4000-8000-000000000001"]
+)
+def test_validate_requires_the_domain_id_to_be_a_uid(domain_id: str) -> None:
+    for config in (ChannelConfig(domain_id=domain_id), DaemonConfig(domain_id=domain_id)):
+        with pytest.raises(InvalidInput, match="domainID must be a ComputeDomain uid") as err:
+            config.validate("claim ns/c")
+        assert err.value.field == "domainID"
+
+
+def test_echoed_input_is_cut() -> None:
+    raw = {"apiVersion": API, "kind": "x" * 100_000}
+    with pytest.raises(InvalidInput) as err:
+        decode_config(raw, strict=True, obj="o")
+    assert len(str(err.value)) < 400 and "100002 characters" in str(err.value)

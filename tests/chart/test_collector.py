@@ -25,7 +25,7 @@ def _env(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
             e["name"]: e.get("value", "") for e in o["spec"]["template"]["spec"]["containers"][0]["env"]
         }
         for o in objects
-        if o["kind"] in ("Deployment", "DaemonSet")
+        if o["kind"] in ("Deployment", "StatefulSet", "DaemonSet")
     }
 
 
@@ -52,6 +52,7 @@ def test_by_default_the_reader_has_no_permission_and_the_role_is_exactly_what_co
         },
     ]
     assert not _named(objects, "RoleBinding", NAME)
+    assert set(_env(objects)) == {"StatefulSet", "DaemonSet"}
     for env in _env(objects).values():
         assert env["EVENT_LOG_READER"] == f"{NAMESPACE}/{NAME}"
     assert collector_service_account() == NAME

@@ -15,8 +15,8 @@ from tests.chart.test_rbac import CONTROLLER, READ, _grants
 
 
 def _env(objects: list[dict[str, Any]]) -> dict[str, str]:
-    deployment = one(objects, "Deployment", "cdctl-controller")
-    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    controller = one(objects, "StatefulSet", "cdctl-controller")
+    container = controller["spec"]["template"]["spec"]["containers"][0]
     return {item["name"]: item.get("value", "") for item in container["env"]}
 
 

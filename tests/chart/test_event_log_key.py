@@ -18,7 +18,7 @@ KEY_FILE = "/etc/cdctl/event-log-key/key"
 
 def _workloads(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {
-        o["kind"]: o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("Deployment", "DaemonSet")
+        o["kind"]: o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("StatefulSet", "DaemonSet")
     }
 
 
@@ -43,10 +43,10 @@ def test_by_default_a_kept_secret_holds_a_random_key_mounted_into_both_component
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert len(base64.b64decode(secret["data"]["key"])) == 64
     workloads = _workloads(objects)
-    assert set(workloads) == {"Deployment", "DaemonSet"}
+    assert set(workloads) == {"StatefulSet", "DaemonSet"}
     for pod in workloads.values():
         assert _key_wiring(pod) == (KEY_FILE, SECRET, True)
-    controller = workloads["Deployment"]
+    controller = workloads["StatefulSet"]
     [volume] = [v for v in controller["volumes"] if "secret" in v]
     assert volume["secret"]["defaultMode"] == 0o440 and controller["securityContext"]["fsGroup"] == 65532
 

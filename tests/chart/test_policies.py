@@ -1,6 +1,7 @@
-"""The chart's ValidatingAdmissionPolicies: each is bound with [Deny] and fails closed, keeps to one
-component's service account, and every expression of every rendered policy compiles in the simulated API
-server (which refuses what it cannot run), so the policies the component tests rely on are the chart's own.
+"""The chart's ValidatingAdmissionPolicies: each is bound with [Deny] and fails closed, each component's keeps
+to that component's service account, the claim policies come and go with `admission.enabled`, and every
+expression of every rendered policy compiles in the simulated API server (which refuses what it cannot run),
+so the policies the component tests rely on are the chart's own.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from cdctl.sim.rack import chart as sim_chart
 from tests.chart.conftest import NAMESPACE, SCENARIOS, find, one, render_objects
 
 GROUP = "admissionregistration.k8s.io"
-DRIVER_MANAGED = {"resourceslices", "kubelet-plugin-nodes", "controller", "daemon-pods"}
+CLAIMS = {"claims", "computedomains"}
+DRIVER_MANAGED = {"resourceslices", "kubelet-plugin-nodes", "controller", "daemon-pods"} | CLAIMS
+HOST_MANAGED = {"resourceslices", "controller"} | CLAIMS
 
 
 def _policies(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -49,7 +52,7 @@ def test_every_policy_is_bound_to_deny_and_fails_closed(
     objects = rendered[scenario]
     policies = _policies(objects)
     host_managed = "host-managed" in scenario
-    assert set(policies) == ({"resourceslices", "controller"} if host_managed else DRIVER_MANAGED)
+    assert set(policies) == (HOST_MANAGED if host_managed else DRIVER_MANAGED)
     for policy in policies.values():
         name = policy["metadata"]["name"]
         binding = one(objects, "ValidatingAdmissionPolicyBinding", name)
@@ -60,6 +63,7 @@ def test_every_policy_is_bound_to_deny_and_fails_closed(
             "controller",
             "kubelet-plugin",
             "daemon",
+            "admission",
         }
         for expression in _expressions(policy):
             assert "[?" not in expression and ".?" not in expression and "orValue" not in expression
@@ -80,7 +84,11 @@ def _expressions(policy: dict[str, Any]) -> list[str]:
 def test_each_policy_keeps_to_its_components_accounts(rendered: dict[str, list[dict[str, Any]]]) -> None:
     policies = _policies(rendered["driver-managed"])
     account = f"system:serviceaccount:{NAMESPACE}"
-    conditions = {name: p["spec"]["matchConditions"][0]["expression"] for name, p in policies.items()}
+    conditions = {
+        name: p["spec"]["matchConditions"][0]["expression"]
+        for name, p in policies.items()
+        if name not in CLAIMS
+    }
     assert conditions["resourceslices"] == f'request.userInfo.username in ["{account}:cdctl-kubelet-plugin"]'
     assert conditions["kubelet-plugin-nodes"] == conditions["resourceslices"]
     assert conditions["controller"] == f'request.userInfo.username in ["{account}:cdctl-controller"]'
@@ -112,3 +120,17 @@ def test_the_simulators_policies_match_helm(helm_chart: Any, scenario: str) -> N
         for o in sim_chart.admission_policies(values, namespace=NAMESPACE)
     ]
     assert ours == helm
+
+
+def test_the_claim_policies_apply_to_every_writer_and_follow_admission_enabled(helm_chart: Any) -> None:
+    policies = _policies(render_objects(helm_chart, {}))
+    for name in CLAIMS:
+        conditions = policies[name]["spec"].get("matchConditions") or []
+        assert all(c["name"] != "isServiceAccount" for c in conditions)
+    off = _policies(render_objects(helm_chart, {"admission": {"enabled": False}}))
+    assert set(off) == DRIVER_MANAGED - CLAIMS
+    assert sim_chart.admission_policies({"admission": {"enabled": False}}, namespace=NAMESPACE) == [
+        o
+        for o in sim_chart.admission_policies({}, namespace=NAMESPACE)
+        if "-policy-" in o["metadata"]["name"] and o["metadata"]["name"].split("-policy-")[0] not in CLAIMS
+    ]

@@ -138,6 +138,7 @@ def test_default_mode_grants_exactly_what_is_needed(rendered: dict[str, list[dic
         ("*", "", "events"): {"create", "patch"},
         ("*", "authentication.k8s.io", "tokenreviews"): {"create"},
         (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): READ,
+        (NAMESPACE, "", "pods"): {"get"},  # the owner of a daemon claim, read before it is prepared
     }
     assert grants[DAEMON] == {
         (NAMESPACE, "", "pods"): {"patch"},
@@ -181,6 +182,12 @@ def test_additional_namespaces_get_the_namespaced_grants(rendered: dict[str, lis
         ("team-a", "", "pods"): {"patch"},
         ("team-a", "resource.nvidia.com", "computedomaincliques"): READ,
     }
+    # The plugin reads a daemon claim's owner pod there (the controller reuses DaemonSets it finds there),
+    # and nothing else of that namespace.
+    assert {k: v for k, v in grants[PLUGIN].items() if k[0] == "team-a"} == {("team-a", "", "pods"): {"get"}}
+    plugin = next(o for o in rendered["driver-managed"] if o["kind"] == "DaemonSet")
+    env = {e["name"]: e.get("value") for e in plugin["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["ADDITIONAL_NAMESPACES"] == "team-a"
 
 
 def test_without_cliques_daemons_read_computedomains_instead(helm_chart: hc.Chart) -> None:
@@ -192,3 +199,4 @@ def test_without_cliques_daemons_read_computedomains_instead(helm_chart: hc.Char
     }
     assert (NAMESPACE, "resource.nvidia.com", "computedomaincliques") not in grants[CONTROLLER]
     assert (NAMESPACE, "resource.nvidia.com", "computedomaincliques") not in grants[PLUGIN]
+    assert grants[PLUGIN][(NAMESPACE, "", "pods")] == {"get"}

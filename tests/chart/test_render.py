@@ -85,7 +85,7 @@ def test_crds_validate_as_customresourcedefinitions(crd_objects: dict[str, dict[
 def test_default_render_holds_the_expected_objects(rendered: dict[str, list[dict[str, Any]]]) -> None:
     objects = rendered["default"]
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
-    assert ("Deployment", "cdctl-controller") in kinds
+    assert ("StatefulSet", "cdctl-controller") in kinds
     assert ("DaemonSet", "cdctl-kubelet-plugin") in kinds
     assert ("ValidatingAdmissionPolicy", "resourceslices-policy-cdctl") in kinds
     assert ("ValidatingAdmissionPolicyBinding", "resourceslices-policy-cdctl") in kinds
@@ -95,13 +95,13 @@ def test_default_render_holds_the_expected_objects(rendered: dict[str, list[dict
     }
     # Namespaced objects go to the release namespace; nothing is left to the client's default.
     for obj in objects:
-        if obj["kind"] in {"Deployment", "DaemonSet", "ServiceAccount", "Role", "RoleBinding"}:
+        if obj["kind"] in {"StatefulSet", "Service", "DaemonSet", "ServiceAccount", "Role", "RoleBinding"}:
             assert obj["metadata"]["namespace"] == NAMESPACE
 
 
-def test_controller_deployment(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    deployment = one(rendered["default"], "Deployment")
-    pod = deployment["spec"]["template"]["spec"]
+def test_controller_statefulset(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    controller = one(rendered["default"], "StatefulSet")
+    pod = controller["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["command"] == ["cdctl", "controller"]
     assert container["image"] == "ghcr.io/cdctl/cdctl:0.1.0"
@@ -132,15 +132,15 @@ def test_controller_deployment(rendered: dict[str, list[dict[str, Any]]]) -> Non
 
 
 def test_leader_election_flags(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    deployment = one(rendered["leader-election"], "Deployment")
-    assert deployment["spec"]["replicas"] == 2
-    env = env_of(deployment["spec"]["template"]["spec"]["containers"][0])
+    controller = one(rendered["leader-election"], "StatefulSet")
+    assert controller["spec"]["replicas"] == 2
+    env = env_of(controller["spec"]["template"]["spec"]["containers"][0])
     assert env["LEADER_ELECTION_ENABLED"] == "true"
     assert env["LEADER_ELECTION_LEASE_LOCK_NAMESPACE"] == NAMESPACE
     assert env["LEADER_ELECTION_LEASE_LOCK_NAME"] == "cdctl-controller"
-    assert env["LEADER_ELECTION_LEASE_DURATION"] == "15s"
-    assert env["LEADER_ELECTION_RENEW_DEADLINE"] == "10s"
-    assert env["LEADER_ELECTION_RETRY_PERIOD"] == "2s"
+    assert env["LEADER_ELECTION_LEASE_DURATION"] == "3s"
+    assert env["LEADER_ELECTION_RENEW_DEADLINE"] == "2s"
+    assert env["LEADER_ELECTION_RETRY_PERIOD"] == "500ms"
     role = one(rendered["leader-election"], "Role", "cdctl-controller")
     lease_rules = [r for r in role["rules"] if r["apiGroups"] == ["coordination.k8s.io"]]
     assert lease_rules == [
@@ -220,7 +220,7 @@ def test_only_the_kubelet_plugin_is_privileged(rendered: dict[str, list[dict[str
         privileged = [
             (o["metadata"]["name"], c["name"])
             for o in objects
-            if o["kind"] in {"Deployment", "DaemonSet"}
+            if o["kind"] in {"StatefulSet", "DaemonSet"}
             for c in o["spec"]["template"]["spec"]["containers"]
             if c.get("securityContext", {}).get("privileged")
         ]
@@ -230,7 +230,7 @@ def test_only_the_kubelet_plugin_is_privileged(rendered: dict[str, list[dict[str
 def test_feature_gates_reach_controller_and_plugin(helm_chart: hc.Chart) -> None:
     values = {"featureGates": {"CrashOnNVLinkFabricErrors": False, "ComputeDomainCliques": True}}
     objects = render_objects(helm_chart, values)
-    for kind in ("Deployment", "DaemonSet"):
+    for kind in ("StatefulSet", "DaemonSet"):
         container = one(objects, kind)["spec"]["template"]["spec"]["containers"][0]
         assert (
             env_of(container)["FEATURE_GATES"] == "ComputeDomainCliques=true,CrashOnNVLinkFabricErrors=false"
@@ -245,7 +245,7 @@ def test_host_managed_mode(rendered: dict[str, list[dict[str, Any]]]) -> None:
     names = {(o["kind"], o["metadata"]["name"]) for o in objects}
     assert not [n for n in names if "daemon" in n[1]], names
     assert ("ServiceAccount", "compute-domain-daemon-service-account") not in names
-    for kind in ("Deployment", "DaemonSet"):
+    for kind in ("StatefulSet", "DaemonSet"):
         container = one(objects, kind)["spec"]["template"]["spec"]["containers"][0]
         assert env_of(container)["FEATURE_GATES"] == "HostManagedIMEX=true"
 
@@ -271,7 +271,7 @@ def test_driver_managed_mode_provides_what_daemon_pods_need(
                 "namespace": namespace,
             }
         ]
-    env = env_of(one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    env = env_of(one(objects, "StatefulSet")["spec"]["template"]["spec"]["containers"][0])
     assert env["ADDITIONAL_NAMESPACES"] == "team-a"
     assert env["CD_DAEMON_IMAGE_PULL_SECRET_NAMES"] == "registry-creds"
     assert "compute-domain-daemon.nvidia.com" in {o["metadata"]["name"] for o in find(objects, "DeviceClass")}
@@ -296,7 +296,7 @@ def test_install_guards(helm_chart: hc.Chart, values: dict[str, Any], namespace:
 
 def test_guards_let_allowed_combinations_through(helm_chart: hc.Chart) -> None:
     objects = render_objects(helm_chart, {"allowDefaultNamespace": True}, namespace="default")
-    assert one(objects, "Deployment")["metadata"]["namespace"] == "default"
+    assert one(objects, "StatefulSet")["metadata"]["namespace"] == "default"
     # Host-managed mode forces both gates off itself, so turning DNS names off alone is fine there.
     objects = render_objects(
         helm_chart, {"featureGates": {"HostManagedIMEX": True, "IMEXDaemonsWithDNSNames": False}}

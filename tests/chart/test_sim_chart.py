@@ -97,9 +97,9 @@ def test_values_merge_like_helm(helm_chart: hc.Chart) -> None:
     ours = sim_chart.merged_values(overrides)
     assert ours["controller"]["leaderElection"] == {
         "enabled": True,
-        "leaseDuration": "15s",
-        "renewDeadline": "10s",
-        "retryPeriod": "2s",
+        "leaseDuration": "3s",
+        "renewDeadline": "2s",
+        "retryPeriod": "500ms",
     }
     assert ours == helm_chart.merge_values(overrides)
 

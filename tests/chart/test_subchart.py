@@ -55,7 +55,7 @@ def test_the_chart_renders_as_a_subchart_with_global_values(parent_chart: hc.Cha
         objects = _render(parent_chart, values)
     finally:
         parent_chart.close()
-    (controller,) = find(objects, "Deployment")
+    (controller,) = find(objects, "StatefulSet")
     (container,) = controller["spec"]["template"]["spec"]["containers"]
     assert {e["name"]: e.get("value") for e in container["env"]}["LOG_FORMAT"] == "console"
     assert find(objects, "DaemonSet"), "the kubelet plugin is rendered too"

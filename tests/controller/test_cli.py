@@ -141,6 +141,31 @@ def test_required_flags_unknown_gates_invalid_combinations_and_arguments_are_rej
     assert positional.exit_code == 2
     bad_duration = runner.invoke(cli.controller, [*base, "--leader-election-retry-period", "soon"], env={})
     assert bad_duration.exit_code == 2 and "invalid duration" in bad_duration.output
+    elected = [*base, "--leader-election-enabled"]
+    for flags, named in (
+        (
+            [
+                "--leader-election-lease-duration",
+                "2s",
+                "--leader-election-renew-deadline",
+                "2s",
+                "--leader-election-retry-period",
+                "1s",
+            ],
+            "lease-duration",
+        ),
+        (
+            ["--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "2s"],
+            "renew-deadline",
+        ),
+        (["--leader-election-retry-period", "0s"], "retry-period"),
+    ):
+        refused = runner.invoke(cli.controller, [*elected, *flags], env={})
+        assert refused.exit_code == 2 and f"--leader-election-{named}" in refused.output, refused.output
+    unchecked = runner.invoke(cli.controller, [*base, "--leader-election-lease-duration", "1s"], env={})
+    assert unchecked.exit_code == 0  # without leader election the durations are not used
+    assert len(captured) == 1
+    captured.clear()
     assert captured == []
 
 

@@ -42,14 +42,17 @@ async def test_one_leader_and_a_standby_that_takes_over_when_the_leader_dies(tmp
         await eventually(
             lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, f"computedomain-daemon-{uid}")
         )
-        assert not second.synced.is_set() and not second.elector.is_leader
+        # A warm standby: it follows the cluster (its view holds the domain) but does not reconcile.
+        await second.synced.wait()
+        assert not second.elector.is_leader and not second.leading
+        await eventually(lambda: second.view.domain(uid).cd is not None)
 
         # The leader dies without releasing the lease (a force-deleted pod).
         first.elector.is_leader = False  # nothing left to release
         first_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await first_task
-        await second.synced.wait()
+        await eventually(lambda: second.leading)
         assert holder(cluster) == second.elector.identity
         uid2 = cluster.create_domain("cd2")["metadata"]["uid"]
         await eventually(
@@ -66,6 +69,7 @@ async def test_one_leader_and_a_standby_that_takes_over_when_the_leader_dies(tmp
 async def test_a_leader_that_loses_its_lease_stops(tmp_path: Path) -> None:
     async with Cluster(tmp_path) as cluster:
         task, manager = await cluster.start_controller(pod_name="controller-a", leader_election=LEASE)
+        await eventually(lambda: manager.leading)  # synced is not leading: a standby syncs too
         lease = cluster.get("coordination.k8s.io", "leases", DRIVER_NAMESPACE, "cdctl-controller")
         lease["spec"]["holderIdentity"] = "intruder"
         lease["spec"]["leaseDurationSeconds"] = 3600

@@ -16,7 +16,8 @@ from cdctl.daemon.supervisor import ImexSupervisor
 from cdctl.domain.computedomains import DaemonEntry
 from cdctl.domain.events import decode
 from cdctl.domain.imex import HOSTS_HEADER, ImexPeersChanged, PeerListing, dns_node_list, hosts_mapping
-from tests.daemon.conftest import FakeImex
+from cdctl.sim.node.fakeimex import HOSTS_ENV, Registry
+from tests.daemon.conftest import FakeImex, eventually
 
 CLIQUE = "6a130f54-faaa-4b8f-847f-be44ab70f917.32766"
 ME, PEER = "10.40.0.1", "10.40.0.2"
@@ -81,8 +82,10 @@ async def _harness(imexd: Path, gates: str) -> AsyncIterator[Harness]:
 
 
 @pytest.fixture
-async def dns(use_fake_imex: FakeImex) -> AsyncIterator[Harness]:
-    async for harness in _harness(use_fake_imex.imexd("dns"), ""):
+async def dns(use_fake_imex: FakeImex, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Harness]:
+    imexd = use_fake_imex.imexd("dns")
+    monkeypatch.setenv(HOSTS_ENV, str(imexd / "hosts"))  # the pod's hosts file, where IMEX resolves names
+    async for harness in _harness(imexd, ""):
         yield harness
 
 
@@ -145,3 +148,37 @@ async def test_ip_mode_waits_for_the_expected_daemons_then_restarts_on_changes(i
     assert (started.action, restarted.action) == ("started IMEX", "restarted IMEX")
     assert (restarted.added, restarted.removed) == (["10.40.0.9"], [PEER])
     assert not ip_mode.settings.hosts_file.read_text().count(HOSTS_HEADER), "IP mode leaves hosts alone"
+
+
+def _node_id(fake: FakeImex) -> int | None:
+    """The node id this daemon's IMEX runs as, per the fake IMEX (fixed when it started)."""
+    entry = Registry(fake.root / "registry").entry(ME)
+    return None if entry is None else int(entry["node_id"])
+
+
+async def test_dns_mode_restarts_imex_when_its_own_slot_moves_and_only_signals_otherwise(
+    dns: Harness, use_fake_imex: FakeImex
+) -> None:
+    registry = Registry(use_fake_imex.root / "registry")
+    await dns.updater.apply(_listing(("n1", ME, 0), ("n2", PEER, 1)))
+    first_pid = dns.pid
+    await eventually(lambda: _node_id(use_fake_imex) == 0)
+
+    await dns.updater.apply(_listing(("n1", ME, 0), ("n2", PEER, 2)))  # a peer's slot moves
+    await dns.updater.apply(_listing(("n1", ME, 0), ("n2", PEER, 2), ("n3", "10.40.0.3", 1)))  # one joins
+    assert dns.pid == first_pid, "another daemon's change: IMEX keeps running, signalled"
+
+    await dns.updater.apply(_listing(("n1", ME, 3), ("n2", PEER, 2), ("n3", "10.40.0.3", 1)))
+    assert dns.pid not in (None, first_pid), "its own slot moved: IMEX fixed its node id at start"
+    await eventually(lambda: _node_id(use_fake_imex) == 3)
+    assert registry.start_counts(by="address") == {ME: 2}
+    actions = [change.action for change in await dns.changes()]
+    assert actions == [
+        "started IMEX", "sent SIGUSR1", "sent SIGUSR1",
+        "restarted IMEX: own slot moved from compute-domain-daemon-0000 to compute-domain-daemon-0003",
+    ]  # fmt: skip
+
+    await dns.updater.apply(_listing(("n2", PEER, 2), ("n3", "10.40.0.3", 1)))  # its entry is dropped
+    assert dns.pid is not None and _node_id(use_fake_imex) == 3, "no slot to restart into: signalled"
+    await dns.updater.apply(_listing(("n1", ME, 3), ("n2", PEER, 2), ("n3", "10.40.0.3", 1)))
+    assert registry.start_counts(by="address") == {ME: 2}, "back in the slot its IMEX runs as"

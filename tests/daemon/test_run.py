@@ -120,7 +120,8 @@ async def test_two_domains_reusing_each_others_ips_never_dial_the_other_domain(r
     stale = a0.imexd / "hosts.stale"
     shutil.copy(a0.hosts, stale)
     stale.write_text(stale.read_text().replace(f"{UNUSED}\t{SLOT1}", f"{y}\t{SLOT1}"))
-    assert a0.peer_states(stale)[SLOT1] == "UP", "a stale mapping would have dialled domain B's daemon"
+    # a stale mapping would have dialled domain B's daemon, which answers as node 0 of its own domain
+    assert a0.peer_states(stale)[SLOT1] == "MISMATCH", "a stale mapping would have dialled domain B's daemon"
 
     a2 = rig.daemon("a2", "n5", w, "uid-a")  # a new node joins A and takes the free slot
     await rig.start(a2)
@@ -184,3 +185,26 @@ def _events(daemon: Daemon, kind: str) -> list[dict[str, Any]]:
     done = daemon.cli("history", "--db", str(daemon.db), daemon.node, "--json")
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     return [row["data"] for row in rows if row["type"] == kind]
+
+
+async def test_a_daemon_whose_slot_moves_restarts_its_imex_and_the_others_keep_theirs(rig: Rig) -> None:
+    """DNS mode: IMEX fixes its node id at start (the Go driver's issue 1418), so only a daemon whose own
+    slot changed restarts it; every other daemon of the clique only re-reads its peers."""
+    x, y, z = "10.60.0.1", "10.60.0.2", "10.60.0.3"
+    a, b = (rig.daemon(n, node, ip, "uid-a", MAX_NODES_PER_IMEX_DOMAIN="3") for n, node, ip in
+            (("a", "n1", x), ("b", "n2", y)))  # fmt: skip
+    for daemon in (a, b):
+        await rig.start(daemon)
+    await rig.wait_labelled(a, b)
+    rig.write_clique("uid-a", [_entry("n1", x, 0), _entry("n2", y, 1)])
+    await eventually(lambda: a.ready() and b.ready())
+    registry = Registry(rig.fake.root / "registry")
+    assert registry.start_counts() == {"n1": 1, "n2": 1}
+
+    c = rig.daemon("c", "n3", z, "uid-a", MAX_NODES_PER_IMEX_DOMAIN="3")
+    await rig.start(c)
+    await rig.wait_labelled(c)
+    rig.write_clique("uid-a", [_entry("n1", x, 0), _entry("n3", z, 1), _entry("n2", y, 2)])  # b moves
+    await eventually(lambda: a.ready() and b.ready() and c.ready())
+    assert registry.start_counts() == {"n1": 1, "n2": 2, "n3": 1}, "only the daemon whose slot moved"
+    assert [s["node_id"] for s in registry.starts() if s["node"] == "n2"] == [1, 2]

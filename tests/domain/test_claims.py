@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -106,3 +107,22 @@ def test_prepare_started_v1_is_upcast() -> None:
     ev = decode(stored)
     assert isinstance(ev, c.ClaimPrepareStarted)
     assert (ev.namespace, ev.name, ev.kind) == ("ns", "rc", "channel")
+
+
+def test_which_claims_hold_the_node_label_of_their_domain() -> None:
+    started = run(START)
+    completed = c.fold(started, c.ClaimPrepareCompleted("u1"), 2)
+    failed = c.fold(started, c.ClaimPrepareFailed("u1", "not ready", retriable=True), 2)
+    refused = c.fold(started, c.ClaimPrepareFailed("u1", "bad config", retriable=False), 2)
+    invalidated = c.fold(completed, c.ClaimInvalidated("u1", "boot id changed"), 3)
+    unprepared = c.fold(invalidated, c.ClaimUnprepared("u1", "kubelet"), 4)
+    for rec in (started, completed, failed, refused, invalidated):
+        assert c.holds_node_label(rec, "d1"), rec.state
+        assert not c.holds_node_label(rec, "d2"), "only its own domain's label"
+    assert not c.holds_node_label(unprepared, "d1")
+    daemon = run(c.ClaimPrepareStarted("u1", "ns", "rc", "node-a", kind="daemon", domain_uid="d1"))
+    assert not c.holds_node_label(daemon, "d1"), "a daemon claim runs because of the label, never holds it"
+    assert not c.holds_node_label(run(c.ClaimPrepareStarted("u1", "ns", "rc", "n", kind="channel")), "")
+    other = dataclasses.replace(completed, claim_uid="u2")
+    assert c.label_holders([completed, other, unprepared], "d1", besides="u1") == ["u2"]
+    assert c.label_holders([completed], "d1", besides="u1") == []

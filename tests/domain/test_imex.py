@@ -20,6 +20,7 @@ from cdctl.domain.imex import (
     hosts_mapping,
     imex_stream,
     ip_node_list,
+    own_slot,
     peer_change,
     render_config,
     render_hosts,
@@ -145,3 +146,9 @@ def test_events_are_registered_and_round_trip() -> None:
     assert imex_stream("n1") == "node/n1"
     changed = ImexPeersChanged("n1", "dns-names", ["a=1"], [], [], "sent SIGUSR1")
     assert NewEvent.of(changed).data["added"] == ["a=1"]
+
+
+def test_own_slot_is_the_slot_mapped_to_the_daemons_address() -> None:
+    mapping = {"compute-domain-daemon-0001": "10.0.0.2", "compute-domain-daemon-0000": "10.0.0.1"}
+    assert own_slot(mapping, "10.0.0.2") == "compute-domain-daemon-0001"
+    assert own_slot(mapping, "10.0.0.9") is None

@@ -1,8 +1,10 @@
 """The rack end to end, as `cdctl sim rack` runs it: real controller, plugin and daemon processes.
 
-A 4-node rack forms one ComputeDomain for a 4-worker job and tears it down with nothing left; the same rack
-carries two domains on disjoint halves; host-managed mode through the command line runs no daemons and
-prints a summary whose commands work on the logs it names.
+A 4-node rack forms one ComputeDomain for a 4-worker job and tears it down with nothing left, every claim
+and template having passed the chart's claim admission policy (the controller's templates, the
+resource-claim controller's claims for the workers and daemons); the same rack carries two domains on
+disjoint halves; host-managed mode through the command line runs no daemons and prints a summary whose
+commands work on the logs it names.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.plugin.cdi import claim_spec_path
+from cdctl.sim.controllers.claimtemplates import RESOURCE_CLAIM_CONTROLLER
 from cdctl.sim.controllers.daemonsets import pod_is_ready
 from cdctl.sim.controllers.jobs import JOB_NAME_LABEL
 from cdctl.sim.rack.checks import has_channel0, leftovers, list_pods
@@ -69,6 +72,12 @@ async def test_one_domain_forms_on_the_rack_and_leaves_nothing_behind(work_dir: 
             assert sorted(kinds) == [("channel", "Unprepared"), ("daemon", "Unprepared")]
         assert len(rack.daemon_dbs()) == NODES
         assert rack.controller_db.stat().st_size > 0
+        # The claim policy judged and passed both ways a daemon config is written.
+        policies = rack.store.policies
+        controller = f"system:serviceaccount:{rack.settings.driver_namespace}:cdctl-controller"
+        assert policies.denials == []
+        assert policies.admitted[("claims-policy-cdctl", controller)] == 2  # workload and daemon templates
+        assert policies.admitted[("claims-policy-cdctl", RESOURCE_CLAIM_CONTROLLER.username)] == 2 * NODES
 
         # The checks see what a broken teardown would leave.
         node = next(iter(rack.topology.nodes))
@@ -137,6 +146,16 @@ async def test_the_command_runs_host_managed_and_its_summary_points_at_real_logs
     assert code == 0 and "Unprepared" in rows
 
 
+def _assert_repairs_recorded(db: Path, claims: list[str]) -> None:
+    """The node's log holds one ClaimPrepareRepaired per claim whose lost spec was written again, no more."""
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = connection.execute("SELECT stream FROM events WHERE type = 'ClaimPrepareRepaired'").fetchall()
+    finally:
+        connection.close()
+    assert sorted(stream for (stream,) in rows) == sorted(f"claim/{claim}" for claim in claims)
+
+
 def _restart_a_workers_kubelet(lose_spec: bool) -> Callable[[Rack], Awaitable[None]]:
     """Restart the kubelet of the first worker's node (deleting the worker's claim CDI spec while it is down
     if `lose_spec`); then it must prepare the worker's claim again and the worker's CDI devices must still
@@ -167,6 +186,7 @@ def _restart_a_workers_kubelet(lose_spec: bool) -> Callable[[Rack], Awaitable[No
             pods = rack.store.type_of("", "pods")
             ready = pod_is_ready(rack.store.get(pods, "team-a", worker["metadata"]["name"]))
             if ready and has_channel0(rack, node, kubelet.cdi_devices(uid)):
+                _assert_repairs_recorded(rack.plugin_db(node), claims if lose_spec else [])
                 return
             await asyncio.sleep(0.2)
         raise AssertionError(
@@ -184,12 +204,6 @@ async def test_a_restarted_kubelet_prepares_its_running_workers_again(work_dir: 
         assert report.problems == [] and report.ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the plugin answers a repeated Prepare from its event log without writing the claim's CDI spec "
-    "again; passes once a re-prepare repairs a missing spec (then drop this mark)",
-)
 async def test_a_restarted_kubelet_finds_a_lost_cdi_spec_written_again(work_dir: Path) -> None:
     async with Rack(RackSettings(work_dir, nodes_per_rack=2, probe_period_s=1.0)) as rack:
         plans = [DomainPlan("nvl", "team-a", workers=2)]

@@ -18,9 +18,10 @@ from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.sim.rack.chart import crds
 from cdctl.store import InMemoryEventStore
-from tests.plugin.fakes import FakeCluster
+from tests.plugin.fakes import DOM1, FakeCluster, daemon_pod
 
 SIM_NODE = "node-a"
+DRIVER_NAMESPACE = "nvidia"
 CLIQUE = "6a130f54-faaa-4b8f-847f-be44ab70f917.32766"
 PROC_DEVICES = (
     "Character devices:\n195 nvidia\n234 nvidia-caps-imex-channels\n235 nvidia-caps\n\nBlock devices:\n"
@@ -50,6 +51,7 @@ def node_settings(tmp: Path, host_managed: bool = False) -> PrepareSettings:
         node="node-a",
         plugin_dir=tmp / "plugins" / "compute-domain.nvidia.com",
         cdi_root=tmp / "cdi",
+        driver_namespace=DRIVER_NAMESPACE,
         proc_devices=str(tmp / "proc" / "devices"),
         fabric_imex_mgmt_cap=str(tmp / "proc" / "fabric-imex-mgmt"),
         host_managed=host_managed,
@@ -62,7 +64,8 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     store = InMemoryEventStore()
     settings = node_settings(tmp_path)
     cluster = FakeCluster()
-    cluster.domains["dom-1"] = DomainInfo("dom-1", "cd", "default")
+    cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
+    cluster.add_pod(daemon_pod(DOM1))  # the DaemonSet's pod on this node: what daemon claims belong to
     fabric = FabricStatus(clique_id=CLIQUE)
     book = await ClaimBook.load(store, settings.node)
     yield Node(tmp_path, settings, store, cluster, fabric, DeviceState(settings, book, cluster, fabric))

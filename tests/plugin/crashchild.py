@@ -23,7 +23,7 @@ from cdctl.plugin.driver import Driver, RetryPolicy
 from cdctl.plugin.prepare import DeviceState, FabricStatus
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
-from tests.plugin.fakes import FakeCluster, channel_claim
+from tests.plugin.fakes import C1, DOM1, FakeCluster, channel_claim
 
 KILLED = 137
 
@@ -38,9 +38,9 @@ async def main(base: Path, crash_at: str | None) -> dict[str, Any]:
     store = await SqliteEventStore.open(base / "events.db")
     book = await ClaimBook.load(store, settings.node)
     cluster = FakeCluster()
-    cluster.domains["dom-1"] = DomainInfo("dom-1", "cd", "default")
-    cluster.ready.add(("dom-1", settings.node))
-    cluster.add_claim(channel_claim("c1", "dom-1"))
+    cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
+    cluster.ready.add((DOM1, settings.node))
+    cluster.add_claim(channel_claim(C1, DOM1))
 
     real_append = book.append
 
@@ -69,10 +69,10 @@ async def main(base: Path, crash_at: str | None) -> dict[str, Any]:
         prepare.cdi.write_spec = write  # type: ignore[assignment]
     state = DeviceState(settings, book, cluster, FabricStatus(clique_id=CLIQUE))
     outcomes = await Driver(state, cluster, RetryPolicy(budget_s=5)).prepare_resources(
-        [ClaimRef("c1", "default", "rc")]
+        [ClaimRef(C1, "default", "rc")]
     )
     await store.close()
-    out = outcomes["c1"]
+    out = outcomes[C1]
     return {"devices": out.devices, "error": out.error}
 
 

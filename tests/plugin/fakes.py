@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from cdctl.api.refs import DomainInfo
 from cdctl.domain.errors import RetriableError
 
 DRIVER = "compute-domain.nvidia.com"
+# ComputeDomain uids (configs must name a UUID).
+DOM1 = "d0000000-0000-4000-8000-000000000001"
+DOM2 = "d0000000-0000-4000-8000-000000000002"
+DOM9 = "d0000000-0000-4000-8000-000000000009"
+DOM_GONE = "d0000000-0000-4000-8000-00000000dead"
+DOM_OTHER = "d0000000-0000-4000-8000-0000000000ff"
+# ResourceClaim uids, for what goes through the driver (a claim reference's uid must be a UUID).
+C1 = "c0000000-0000-4000-8000-000000000001"
+C2 = "c0000000-0000-4000-8000-000000000002"
+MISSING = "c0000000-0000-4000-8000-00000000000e"
+NEVER = "c0000000-0000-4000-8000-00000000000f"
 API = "resource.nvidia.com/v1beta1"
 
 
@@ -18,6 +31,10 @@ class FakeCluster:
     `claims` is what the API server holds (read by `get_claim`, counted in `claim_reads`); `watched` is what
     a watch delivered (served by `cached_claim`), which may lag it. `readiness_is_watched` says whether
     "not ready" comes from running watches (then only `mark_ready` changes it).
+
+    Every request (each async method but `until_ready`) takes `latency_s` and counts as in flight meanwhile
+    (`max_in_flight` is the most at once); a request whose name is in `paused` waits until that event is
+    set, after `entered[name]` says it got there. `label_log` lists each label write as it lands.
     """
 
     def __init__(self) -> None:
@@ -30,32 +47,74 @@ class FakeCluster:
         self.readiness_is_watched = False
         self.events: list[tuple[str, str, str]] = []
         self.claim_lookup_error: Exception | None = None
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pod_reads = 0
         self._ready_changed = asyncio.Condition()
+        self.latency_s = 0.0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.requests: list[str] = []
+        self.paused: dict[str, asyncio.Event] = {}
+        self.entered: dict[str, asyncio.Event] = {}
+        self.label_log: list[tuple[str, str]] = []
+
+    @contextlib.asynccontextmanager
+    async def _request(self, name: str) -> AsyncIterator[None]:
+        self.requests.append(name)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            self.entered.setdefault(name, asyncio.Event()).set()
+            if name in self.paused:
+                await self.paused[name].wait()
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+            yield
+        finally:
+            self.in_flight -= 1
+
+    def pause(self, name: str) -> asyncio.Event:
+        """Hold requests `name` until the returned event is set (`entered[name]` is set when one arrives)."""
+        self.entered[name] = asyncio.Event()
+        self.paused[name] = asyncio.Event()
+        return self.paused[name]
 
     def cached_claim(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
         obj = self.watched.get((namespace, name))
         return obj if obj is not None and obj["metadata"]["uid"] == uid else None
 
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self.claim_reads += 1
-        if self.claim_lookup_error is not None:
-            raise self.claim_lookup_error
-        return self.claims.get((namespace, name))
+        async with self._request("get_claim"):
+            self.claim_reads += 1
+            if self.claim_lookup_error is not None:
+                raise self.claim_lookup_error
+            return self.claims.get((namespace, name))
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        async with self._request("get_pod"):
+            self.pod_reads += 1
+            return self.pods.get((namespace, name))
 
     async def get_compute_domain(self, uid: str) -> DomainInfo | None:
-        return self.domains.get(uid)
+        async with self._request("get_compute_domain"):
+            return self.domains.get(uid)
 
     async def add_node_label(self, node: str, domain_uid: str) -> None:
-        if self.labels.get(node, domain_uid) != domain_uid:
-            raise RetriableError("label already exists for a different ComputeDomain")
-        self.labels[node] = domain_uid
+        async with self._request("add_node_label"):
+            if self.labels.get(node, domain_uid) != domain_uid:
+                raise RetriableError("label already exists for a different ComputeDomain")
+            self.labels[node] = domain_uid
+            self.label_log.append(("add", domain_uid))
 
     async def remove_node_label(self, node: str, domain_uid: str) -> None:
-        if self.labels.get(node) == domain_uid:
-            del self.labels[node]
+        async with self._request("remove_node_label"):
+            if self.labels.get(node) == domain_uid:
+                del self.labels[node]
+                self.label_log.append(("remove", domain_uid))
 
     async def daemon_ready(self, domain: DomainInfo, node: str, clique_id: str) -> bool:
-        return (domain.uid, node) in self.ready
+        async with self._request("daemon_ready"):
+            return (domain.uid, node) in self.ready
 
     def readiness_watched(self, clique_id: str) -> bool:
         return self.readiness_is_watched
@@ -71,7 +130,13 @@ class FakeCluster:
             self._ready_changed.notify_all()
 
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
-        self.events.append((node, reason, message))
+        async with self._request("node_event"):
+            self.events.append((node, reason, message))
+
+    def add_pod(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        self.pods[(meta["namespace"], meta["name"])] = obj
+        return obj
 
     def add_claim(self, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]
@@ -138,11 +203,59 @@ def channel_claim(
     )
 
 
-def daemon_claim(uid: str, domain: str, name: str = "daemon-rc", namespace: str = "nvidia") -> dict[str, Any]:
-    return claim_obj(
+DAEMON_POD = "computedomain-daemon-pod"
+DAEMON_POD_UID = "e0000000-0000-4000-8000-000000000001"
+
+
+def daemon_claim(
+    uid: str,
+    domain: str,
+    name: str = "daemon-rc",
+    namespace: str = "nvidia",
+    pod: str = DAEMON_POD,
+    pod_uid: str = DAEMON_POD_UID,
+) -> dict[str, Any]:
+    """A daemon claim as Kubernetes makes it from the daemon template for pod `pod`: owned by and reserved
+    for that pod."""
+    obj = claim_obj(
         uid,
         name,
         namespace,
         results=[result("daemon", "daemon-0")],
         configs=[opaque("ComputeDomainDaemonConfig", domain, ["daemon"])],
     )
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": pod_uid, "controller": True}
+    ]
+    obj["status"]["reservedFor"] = [{"resource": "pods", "name": pod, "uid": pod_uid}]
+    return obj
+
+
+def daemon_pod(
+    domain: str,
+    node: str = "node-a",
+    name: str = DAEMON_POD,
+    uid: str = DAEMON_POD_UID,
+    namespace: str = "nvidia",
+) -> dict[str, Any]:
+    """A pod of the domain's daemon DaemonSet on `node`, as the DaemonSet controller makes it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "labels": {"resource.nvidia.com/computeDomain": domain},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": f"computedomain-daemon-{domain}",
+                    "uid": "f0000000-0000-4000-8000-000000000001",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"nodeName": node},
+    }

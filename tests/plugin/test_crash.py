@@ -19,7 +19,7 @@ from cdctl.plugin.prepare import DeviceState, FabricStatus
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.crashchild import KILLED
-from tests.plugin.fakes import FakeCluster, channel_claim
+from tests.plugin.fakes import C1, DOM1, FakeCluster, channel_claim
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,27 +39,27 @@ async def test_crash_at_each_step_then_repeat(tmp_path: Path, crash_at: str) -> 
     assert again.returncode == 0, again.stderr
     answer = json.loads(again.stdout.strip().splitlines()[-1])
     assert answer["error"] == ""
-    assert answer["devices"][0]["cdi_device_ids"] == ["k8s.compute-domain.nvidia.com/claim=c1-channel-0"]
+    assert answer["devices"][0]["cdi_device_ids"] == [f"k8s.compute-domain.nvidia.com/claim={C1}-channel-0"]
 
     settings = node_settings(tmp_path)
     specs = sorted(p.name for p in settings.cdi_root.iterdir())
-    assert specs == ["k8s.compute-domain.nvidia.com-claim_c1.yaml"]  # one file, no temp left behind
+    assert specs == [f"k8s.compute-domain.nvidia.com-claim_{C1}.yaml"]  # one file, no temp left behind
     store = await SqliteEventStore.open(tmp_path / "events.db")
     try:
         book = await ClaimBook.load(store, settings.node)
-        rec = book.get("c1")
+        rec = book.get(C1)
         assert rec is not None and rec.completed and rec.channels == (0,)
-        assert [r.claim_uid for r in book.active()] == ["c1"]
-        types = [e.type for e in await store.read_stream("claim/c1")]
+        assert [r.claim_uid for r in book.active()] == [C1]
+        types = [e.type for e in await store.read_stream(f"claim/{C1}")]
         assert types.count("ClaimPrepareCompleted") == 1
         # no leaked channel: once c1 is unprepared, another claim gets channel 0
         cluster = FakeCluster()
-        cluster.domains["dom-1"] = DomainInfo("dom-1", "cd", "default")
-        cluster.ready.add(("dom-1", settings.node))
+        cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
+        cluster.ready.add((DOM1, settings.node))
         state = DeviceState(settings, book, cluster, FabricStatus(clique_id=CLIQUE))
-        assert await state.unprepare(ClaimRef("c1", "default", "rc"))
-        assert book.get("c1").channels == ()  # type: ignore[union-attr]
-        assert await state.prepare(parse_claim(channel_claim("c2", "dom-1", name="rc2")), 0)
+        assert await state.unprepare(ClaimRef(C1, "default", "rc"))
+        assert book.get(C1).channels == ()  # type: ignore[union-attr]
+        assert await state.prepare(parse_claim(channel_claim("c2", DOM1, name="rc2")), 0)
         assert book.get("c2").state is c.ClaimState.PREPARE_COMPLETED  # type: ignore[union-attr]
         assert sorted(p.name for p in settings.cdi_root.iterdir()) == [cdi.claim_spec_path("", "c2").name]
     finally:

@@ -26,7 +26,7 @@ from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
-from tests.plugin.fakes import FakeCluster, channel_claim, daemon_claim
+from tests.plugin.fakes import DOM1, FakeCluster, channel_claim, daemon_claim
 
 
 async def write_refusals(tmp_path: Path) -> Path:
@@ -34,25 +34,25 @@ async def write_refusals(tmp_path: Path) -> Path:
     store = await SqliteEventStore.open(db)
     try:
         cluster = FakeCluster()
-        cluster.domains["dom-1"] = DomainInfo("dom-1", "train-a", "default")
+        cluster.domains[DOM1] = DomainInfo(DOM1, "train-a", "default")
         fabric = FabricStatus(clique_id=CLIQUE)
         book = await ClaimBook.load(store, "node-a", Actor("kubelet-plugin", node="node-a"))
         state = DeviceState(node_settings(tmp_path, host_managed=True), book, cluster, fabric)
         refused = [
-            channel_claim("u-all", "dom-1", name="all", mode="All"),
-            channel_claim("u-foo", "dom-1", name="foo", mode="foo"),
-            daemon_claim("u-daemon", "dom-1", name="daemon", namespace="default"),
+            channel_claim("u-all", DOM1, name="all", mode="All"),
+            channel_claim("u-foo", DOM1, name="foo", mode="foo"),
+            daemon_claim("u-daemon", DOM1, name="daemon", namespace="default"),
         ]
         for claim in refused:
             with pytest.raises(CdctlError):
                 await state.prepare(parse_claim(claim), 0)
         fabric.clique_id = ""
         with pytest.raises(CdctlError):
-            await state.prepare(parse_claim(channel_claim("u-noclique", "dom-1", name="noclique")), 0)
+            await state.prepare(parse_claim(channel_claim("u-noclique", DOM1, name="noclique")), 0)
         fabric.clique_id = CLIQUE
-        assert await state.prepare(parse_claim(channel_claim("u-ok", "dom-1", name="ok")), 0)
+        assert await state.prepare(parse_claim(channel_claim("u-ok", DOM1, name="ok")), 0)
         with pytest.raises(CdctlError):
-            await state.prepare(parse_claim(channel_claim("u-second", "dom-1", name="second")), 0)
+            await state.prepare(parse_claim(channel_claim("u-second", DOM1, name="second")), 0)
         runner = ProjectionRunner(store, lifecycle_projections())
         await runner.start()
         await runner.catch_up()

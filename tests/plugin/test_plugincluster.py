@@ -10,6 +10,7 @@ from cdctl.k8s.plugincluster import KubeClusterPort
 from cdctl.k8s.rest import KubeApi
 from cdctl.sim.apiserver.server import ApiServer
 from tests.plugin.conftest import SIM_NODE as NODE
+from tests.plugin.fakes import DOM1, DOM2
 
 CDS = "/apis/resource.nvidia.com/v1beta1/namespaces/default/computedomains"
 CLIQUES = "/apis/resource.nvidia.com/v1beta1/namespaces/default/computedomaincliques"
@@ -53,16 +54,16 @@ async def test_domain_lookup_by_uid_and_missing_claim(env: tuple[ApiServer, Kube
 async def test_labels_conflict_and_removal(env: tuple[ApiServer, KubeApi, object]) -> None:
     _, api, _ = env
     cluster = port(api)
-    await cluster.add_node_label(NODE, "dom-1")
-    await cluster.add_node_label(NODE, "dom-1")  # idempotent
-    assert await node_label(api) == "dom-1"
+    await cluster.add_node_label(NODE, DOM1)
+    await cluster.add_node_label(NODE, DOM1)  # idempotent
+    assert await node_label(api) == DOM1
     with pytest.raises(RetriableError, match="different ComputeDomain"):
-        await cluster.add_node_label(NODE, "dom-2")
-    await cluster.remove_node_label(NODE, "dom-2")  # not ours: left alone
-    assert await node_label(api) == "dom-1"
-    await cluster.remove_node_label(NODE, "dom-1")
+        await cluster.add_node_label(NODE, DOM2)
+    await cluster.remove_node_label(NODE, DOM2)  # not ours: left alone
+    assert await node_label(api) == DOM1
+    await cluster.remove_node_label(NODE, DOM1)
     assert await node_label(api) is None
-    await cluster.remove_node_label("gone-node", "dom-1")  # a missing node is nothing to unlabel
+    await cluster.remove_node_label("gone-node", DOM1)  # a missing node is nothing to unlabel
 
 
 async def test_daemon_readiness_from_clique_then_domain_status(

@@ -22,7 +22,7 @@ from cdctl._proto.pluginregistration import InfoRequest, RegistrationStatus, Reg
 from cdctl.plugin.driver import Driver, RetryPolicy
 from cdctl.plugin.server import PluginServers, ServerPaths
 from tests.plugin.conftest import Node
-from tests.plugin.fakes import channel_claim
+from tests.plugin.fakes import C1, DOM1, MISSING, NEVER, channel_claim
 
 
 @pytest.fixture
@@ -46,7 +46,9 @@ async def running(node: Node, short_dir: Path) -> AsyncIterator[Running]:
     paths.plugin_dir.mkdir(parents=True)
     paths.dra.write_text("stale")  # left over from an earlier run
     registered: list[bool] = []
-    driver = Driver(node.state, node.cluster, RetryPolicy(base_s=0.01, cap_s=0.02, budget_s=0.2))
+    # A budget a missing claim runs out of quickly, yet long enough for a claim that prepares at once to
+    # do so on a loaded machine (0.2 s was not, with other suites on the same two cores).
+    driver = Driver(node.state, node.cluster, RetryPolicy(base_s=0.01, cap_s=0.02, budget_s=1.0))
     servers = PluginServers(paths, driver, lambda: registered.append(True), health_port=0)
     await servers.start()
     yield Running(servers, paths, registered)
@@ -88,31 +90,31 @@ async def test_registration_info_and_status(running: Running) -> None:
 async def test_prepare_and_unprepare_with_grpclib_give_an_entry_per_claim(
     node: Node, running: Running, mod: object
 ) -> None:
-    node.cluster.ready.add(("dom-1", "node-a"))
-    node.cluster.add_claim(channel_claim("c1", "dom-1"))
+    node.cluster.ready.add((DOM1, "node-a"))
+    node.cluster.add_claim(channel_claim(C1, DOM1))
     channel = Channel(path=str(running.paths.dra))
     try:
         stub = mod.DraPluginStub(channel)  # type: ignore[attr-defined]
         empty = await stub.node_prepare_resources(mod.NodePrepareResourcesRequest())  # type: ignore[attr-defined]
         assert dict(empty.claims) == {}
         req = mod.NodePrepareResourcesRequest(  # type: ignore[attr-defined]
-            claims=[claim_msg(mod, "c1"), claim_msg(mod, "missing", "nope")]
+            claims=[claim_msg(mod, C1), claim_msg(mod, MISSING, "nope")]
         )
         resp = await stub.node_prepare_resources(req)
-        assert set(resp.claims) == {"c1", "missing"}
-        ok = resp.claims["c1"]
+        assert set(resp.claims) == {C1, MISSING}
+        ok = resp.claims[C1]
         assert ok.error == ""
         assert [(d.device_name, d.pool_name, d.request_names) for d in ok.devices] == [
             ("channel-0", "node-a", ["channel"])
         ]
-        assert ok.devices[0].cdi_device_ids == ["k8s.compute-domain.nvidia.com/claim=c1-channel-0"]
-        assert "ResourceClaim default/nope not found" in resp.claims["missing"].error
-        assert "still failing" in resp.claims["missing"].error  # an entry at the deadline, not silence
+        assert ok.devices[0].cdi_device_ids == [f"k8s.compute-domain.nvidia.com/claim={C1}-channel-0"]
+        assert "ResourceClaim default/nope not found" in resp.claims[MISSING].error
+        assert "still failing" in resp.claims[MISSING].error  # an entry at the deadline, not silence
         unreq = mod.NodeUnprepareResourcesRequest(  # type: ignore[attr-defined]
-            claims=[claim_msg(mod, "c1"), claim_msg(mod, "never")]
+            claims=[claim_msg(mod, C1), claim_msg(mod, NEVER)]
         )
         unresp = await stub.node_unprepare_resources(unreq)
-        assert {k: v.error for k, v in unresp.claims.items()} == {"c1": "", "never": ""}
+        assert {k: v.error for k, v in unresp.claims.items()} == {C1: "", NEVER: ""}
         assert node.cluster.labels == {}
     finally:
         channel.close()
@@ -126,8 +128,8 @@ def _grpcio_call(sock: Path, method: str, request: bytes) -> bytes:
 
 
 async def test_grpcio_client_against_the_unix_sockets(node: Node, running: Running) -> None:
-    node.cluster.ready.add(("dom-1", "node-a"))
-    node.cluster.add_claim(channel_claim("c1", "dom-1"))
+    node.cluster.ready.add((DOM1, "node-a"))
+    node.cluster.add_claim(channel_claim(C1, DOM1))
     raw_info = await asyncio.to_thread(
         _grpcio_call, running.paths.registration, "/pluginregistration.Registration/GetInfo", b""
     )
@@ -135,16 +137,16 @@ async def test_grpcio_client_against_the_unix_sockets(node: Node, running: Runni
 
     assert PluginInfo.parse(raw_info).supported_versions[:2] == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
     for version, mod in (("v1", v1), ("v1beta1", v1beta1)):
-        req = mod.NodePrepareResourcesRequest(claims=[mod.Claim(namespace="default", uid="c1", name="rc")])
+        req = mod.NodePrepareResourcesRequest(claims=[mod.Claim(namespace="default", uid=C1, name="rc")])
         path = f"/k8s.io.kubelet.pkg.apis.dra.{version}.DRAPlugin/NodePrepareResources"
         raw = await asyncio.to_thread(_grpcio_call, running.paths.dra, path, bytes(req))
         resp = mod.NodePrepareResourcesResponse.parse(raw)
-        assert list(resp.claims) == ["c1"] and resp.claims["c1"].devices[0].device_name == "channel-0"
-    unreq = v1.NodeUnprepareResourcesRequest(claims=[v1.Claim(namespace="default", uid="c1", name="rc")])
+        assert list(resp.claims) == [C1] and resp.claims[C1].devices[0].device_name == "channel-0"
+    unreq = v1.NodeUnprepareResourcesRequest(claims=[v1.Claim(namespace="default", uid=C1, name="rc")])
     path = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"
     raw = await asyncio.to_thread(_grpcio_call, running.paths.dra, path, bytes(unreq))
-    assert v1.NodeUnprepareResourcesResponse.parse(raw).claims["c1"].error == ""
-    assert node.state.book.get("c1").state.value == "Unprepared"  # type: ignore[union-attr]
+    assert v1.NodeUnprepareResourcesResponse.parse(raw).claims[C1].error == ""
+    assert node.state.book.get(C1).state.value == "Unprepared"  # type: ignore[union-attr]
 
 
 async def test_health_is_serving_only_while_both_sockets_answer(running: Running) -> None:

@@ -26,7 +26,7 @@ from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import InMemoryEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.conftest import SIM_NODE as NODE
-from tests.plugin.fakes import DRIVER, opaque
+from tests.plugin.fakes import DOM1, DOM2, DRIVER, opaque
 from tests.plugin.test_plugincluster import CDS, CLIQUES, make_domain, port
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
@@ -177,15 +177,15 @@ async def test_a_label_already_on_the_watched_node_is_not_written_again(
     watched: tuple[KubeApi, KubeClusterPort, Requests],
 ) -> None:
     api, cluster, requests = watched
-    await api.merge_patch(NODE_PATH, {"metadata": {"labels": {COMPUTE_DOMAIN_LABEL: "dom-1"}}})
-    await cluster.until(lambda: cached_label(cluster) == "dom-1")
+    await api.merge_patch(NODE_PATH, {"metadata": {"labels": {COMPUTE_DOMAIN_LABEL: DOM1}}})
+    await cluster.until(lambda: cached_label(cluster) == DOM1)
     async with requests.recording():
-        await cluster.add_node_label(NODE, "dom-1")
-        await cluster.remove_node_label(NODE, "dom-2")  # not this domain's label: nothing to do
+        await cluster.add_node_label(NODE, DOM1)
+        await cluster.remove_node_label(NODE, DOM2)  # not this domain's label: nothing to do
     assert requests.take() == []
     async with requests.recording():
-        await cluster.remove_node_label(NODE, "dom-1")
-        await cluster.remove_node_label(NODE, "dom-1")  # the copy written is remembered: no second request
+        await cluster.remove_node_label(NODE, DOM1)
+        await cluster.remove_node_label(NODE, DOM1)  # the copy written is remembered: no second request
     assert requests.take() == [("PATCH", NODE_PATH)]
     assert await live_label(api) is None
 
@@ -194,17 +194,17 @@ async def test_a_stale_node_copy_is_re_read_on_conflict(
     watched: tuple[KubeApi, KubeClusterPort, Requests],
 ) -> None:
     api, cluster, requests = watched
-    await cluster.add_node_label(NODE, "dom-1")
+    await cluster.add_node_label(NODE, DOM1)
     await cluster.close()  # the copy stops following: everything below makes it stale
     await api.merge_patch(NODE_PATH, {"metadata": {"labels": {"other": "x"}}})
     await api.merge_patch(NODE_PATH, {"metadata": {"labels": {COMPUTE_DOMAIN_LABEL: None}}})
     async with requests.recording():
-        await cluster.add_node_label(NODE, "dom-2")  # the copy says dom-1: a conflict is confirmed fresh
+        await cluster.add_node_label(NODE, DOM2)  # the copy says DOM1: a conflict is confirmed fresh
     assert requests.take() == [("GET", NODE_PATH), ("PATCH", NODE_PATH)]
-    assert await live_label(api) == "dom-2"
+    assert await live_label(api) == DOM2
     await api.merge_patch(NODE_PATH, {"metadata": {"labels": {"other": "y"}}})
     async with requests.recording():
-        await cluster.remove_node_label(NODE, "dom-2")  # written with a stale resourceVersion: 409, re-read
+        await cluster.remove_node_label(NODE, DOM2)  # written with a stale resourceVersion: 409, re-read
     assert requests.take() == [("PATCH", NODE_PATH), ("GET", NODE_PATH), ("PATCH", NODE_PATH)]
     assert await live_label(api) is None
 

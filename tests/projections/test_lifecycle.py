@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from cdctl.domain.claims import ChannelAllocated, ClaimPrepareFenced, ClaimPrepareStarted, claim_stream
+from cdctl.domain.claims import (
+    ChannelAllocated,
+    ClaimPrepareFenced,
+    ClaimPrepareRepaired,
+    ClaimPrepareStarted,
+    claim_stream,
+)
 from cdctl.domain.events import NewEvent
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import replay
@@ -119,3 +125,19 @@ async def test_an_all_mode_allocation_records_how_many_channels_it_holds(store: 
     )
     [row] = (await replay(store, lifecycle_projections())).tables["channel_allocations"]
     assert (row["channel"], row["count"]) == (0, 2048)
+
+
+async def test_a_repair_is_a_checkpoint_transition_that_keeps_the_state(store: EventStore) -> None:
+    await prepare(store, "u4")
+    repaired = ClaimPrepareRepaired("u4", ["cdi-spec"], "CDI spec missing", "/cdi/claim_u4.yaml")
+    await store.append(claim_stream("u4"), [NewEvent.of(repaired)])
+    runner = await runner_for(store)
+    assert runner.view("checkpoint_transitions")[("last", "u4")] == {"state": "PrepareCompleted"}
+    rows = (await replay(store, lifecycle_projections())).tables["checkpoint_transitions"]
+    assert [(r["from_state"], r["to_state"], r["reason"]) for r in rows] == [
+        ("", "PrepareStarted", ""),
+        ("PrepareStarted", "PrepareCompleted", ""),
+        ("PrepareCompleted", "PrepareCompleted", "repaired cdi-spec: CDI spec missing"),
+    ]
+    row = runner.view("claim_lifecycle")[("u4",)]
+    assert (row["state"], row["outcome"]) == ("PrepareCompleted", "prepared"), "a repair ends nothing"

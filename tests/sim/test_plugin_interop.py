@@ -103,7 +103,20 @@ async def test_real_plugin_prepares_a_daemon_claim_in_the_simulated_cluster(clus
             pods,
             "default",
             {
-                "metadata": {"name": "daemon"},
+                # As the domain's DaemonSet makes it: daemon claims are prepared only for such pods.
+                "metadata": {
+                    "name": "daemon",
+                    "labels": {"resource.nvidia.com/computeDomain": domain["metadata"]["uid"]},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "DaemonSet",
+                            "name": f"computedomain-daemon-{domain['metadata']['uid']}",
+                            "uid": "f0000000-0000-4000-8000-000000000001",
+                            "controller": True,
+                        }
+                    ],
+                },
                 "spec": {
                     "nodeName": node,
                     "containers": [{"name": "daemon", "image": "cdctl"}],

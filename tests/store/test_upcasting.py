@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import cdctl.domain.claims  # noqa: F401  (registers the claim events)
+import cdctl.domain.claims  # registers the claim events
+import cdctl.domain.leadership  # noqa: F401  (registers the leadership events)
 from cdctl.domain.errors import InvalidInput
 from cdctl.domain.events import NewEvent, RecordedEvent, decode, registered_types, upcast
 from cdctl.store import SqliteEventStore

@@ -1,4 +1,5 @@
-"""Faults on demand for reliability tests: error shares, queued errors, response delays, dropped watches.
+"""Faults on demand for reliability tests: error shares, queued errors, response delays (all requests, or
+those of one path), dropped watches.
 
 A `FaultPlan` hangs off the running ApiServer (cdctl.sim.apiserver.server); its aiohttp middleware
 (cdctl.sim.apiserver.handlers) asks `decide()` before every API request. Tests flip the plan at will; a seeded
@@ -33,6 +34,7 @@ class FaultPlan:
     include_watches: bool = True
     seed: int = 0
     queued_errors: deque[int] = field(default_factory=deque)
+    slow_paths: dict[str, float] = field(default_factory=dict)  # path fragment -> extra delay
     injected: int = 0
     _rng: random.Random = field(init=False, repr=False)
 
@@ -52,21 +54,25 @@ class FaultPlan:
     def delay(self, seconds: float) -> None:
         self.delay_s = max(0.0, seconds)
 
+    def slow(self, path_fragment: str, seconds: float) -> None:
+        """Delay every request whose path contains `path_fragment` (one slow resource, e.g. a big list)."""
+        self.slow_paths[path_fragment] = max(0.0, seconds)
+
     def heal(self) -> None:
         self.error_share, self.delay_s = 0.0, 0.0
         self.queued_errors.clear()
+        self.slow_paths.clear()
 
     def decide(self, path: str, is_watch: bool) -> FaultDecision:
         if path in EXEMPT_PATHS or (is_watch and not self.include_watches):
             return FaultDecision(0.0, None)
+        delay = self.delay_s + sum(s for fragment, s in self.slow_paths.items() if fragment in path)
         code: int | None = None
         if self.queued_errors:
             code = self.queued_errors.popleft()
         elif self.error_share and self._rng.random() < self.error_share:
             code = self._rng.choice(self.error_codes)
         if code is None:
-            return FaultDecision(self.delay_s, None)
+            return FaultDecision(delay, None)
         self.injected += 1
-        return FaultDecision(
-            self.delay_s, error_for_code(code, f"injected fault {code} (simulated API server)")
-        )
+        return FaultDecision(delay, error_for_code(code, f"injected fault {code} (simulated API server)"))

@@ -6,8 +6,9 @@ and maps the verbs: GET, LIST (with selectors and limit/continue), WATCH (cdctl.
 POST, PUT, PATCH, DELETE and deletecollection, plus the `status` and pods `binding` subresources, the pods
 `proxy` subresource (cdctl.sim.apiserver.proxy), and TokenRequest and TokenReview
 (cdctl.sim.apiserver.authn).
-Every write is made as the request's user (cdctl.sim.apiserver.identity), whom the stored admission policies
-see. Every ApiError becomes a Status body.
+Every write is made as the request's user (cdctl.sim.apiserver.identity), in the version it was sent in: both
+are what the stored admission policies see. Every ApiError becomes a Status body. Each request is entered in
+the audit log first (cdctl.sim.apiserver.audit), faults and refusals included.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from cdctl.sim.apiserver import authn, discovery
+from cdctl.sim.apiserver.audit import AuditLog
 from cdctl.sim.apiserver.conversion import convert
 from cdctl.sim.apiserver.errors import (
     ApiError,
@@ -284,6 +286,7 @@ class ApiRoutes:
             self._in(target, body),
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, created, status=201)
 
@@ -298,6 +301,7 @@ class ApiRoutes:
             subresource=target.subresource,
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, updated)
 
@@ -320,6 +324,7 @@ class ApiRoutes:
             subresource=target.subresource,
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, patched)
 
@@ -336,6 +341,7 @@ class ApiRoutes:
             preconditions=options.get("preconditions"),
             dry_run=bool(request.query.get("dryRun") or options.get("dryRun")),
             user=self._user(request),
+            served=target.resource_type,
         )
         return self._respond(request, target, deleted)
 
@@ -345,6 +351,7 @@ class ApiRoutes:
             target.namespace,
             self._filter(request, target.resource_type),
             user=self._user(request),
+            served=target.resource_type,
         )
         resource_type = target.resource_type
         return _json(
@@ -398,6 +405,7 @@ def build_app(
     settings: ServerSettings,
     faults: FaultPlan,
     rbac: Rbac | None = None,
+    audit: AuditLog | None = None,
     network: PodNetwork | None = None,
 ) -> web.Application:
     routes = ApiRoutes(store, settings, faults, network)
@@ -406,6 +414,16 @@ def build_app(
         return web.Response(text="ok")
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        if audit is None:
+            return await serve(request)
+        entry = audit.record(
+            request.headers.get("Authorization"), request.method, request.path, request.query
+        )
+        response = await serve(request)
+        entry.code = response.status
+        return response
+
+    async def serve(request: web.Request) -> web.StreamResponse:
         decision = faults.decide(request.path, is_true(request.query.get("watch")))
         if decision.delay_s:
             await asyncio.sleep(decision.delay_s)

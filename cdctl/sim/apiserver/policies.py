@@ -6,16 +6,23 @@ Writing a policy compiles it (cdctl.sim.apiserver.policycel): an expression the 
 feature it does not evaluate (paramKind, selectors, the authorizer), is refused with 422 so no policy is
 silently left unenforced. The real server's semantics:
 
-- `matchConstraints.resourceRules` / `excludeResourceRules`: apiGroups, operations and resources (`*`,
-  `pods/status`, `pods/*`, `*/*`), scope; apiVersions match any version of the group (matchPolicy
-  Equivalent, the default).
+- `matchConstraints.resourceRules` / `excludeResourceRules`: apiGroups, apiVersions, operations and
+  resources (`*`, `pods/status`, `pods/*`, `*/*`), scope. A request is seen in the version it was written in
+  (`object`, `oldObject`, `request.resource` and `request.kind` of that version); under matchPolicy
+  Equivalent (the default) a request in a version no rule names still matches a rule naming another served
+  version of the resource, and is then seen converted to it (`request.requestResource` and
+  `request.requestKind` keep what the client wrote). `request.name` is the name in the request: empty for a
+  create by generateName, while `object.metadata.name` holds the generated name.
 - `matchConditions`: any false skips the policy; otherwise an error applies the failurePolicy.
 - `validations`: each must be true; false denies with `messageExpression`, else `message`, else
-  `failed expression: <expr>`; an error denies under failurePolicy Fail (the default) and is skipped under
+  `failed expression: <expr>` (a messageExpression that fails, or gives a blank string or one with a line
+  break, falls back the same way); an error denies under failurePolicy Fail (the default) and is skipped under
   Ignore. `reason` picks the HTTP code (Invalid 422 by default, Forbidden 403, Unauthorized 401,
   RequestEntityTooLarge 413).
 - A policy applies only through its bindings; `validationActions` Deny refuses the request, Warn and Audit
-  only record the message (in `warnings` and `audits`; no warning header is sent).
+  only record the message (in `warnings` and `audits`; no warning header is sent). `admitted` counts, per
+  (policy, username), the requests a policy applied to and let through, so a test can tell a policy that
+  passed a write from one that never saw it.
 
 Policies apply to every identity, the cluster admin included: a policy keeps to one component by matching
 `request.userInfo.username` in its matchConditions. In-process writes of the simulator's stand-ins are made
@@ -24,10 +31,12 @@ as the admin (cdctl.sim.apiserver.identity.ADMIN).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cdctl.sim.apiserver.conversion import convert
 from cdctl.sim.apiserver.errors import ApiError, Invalid
 from cdctl.sim.apiserver.identity import ADMIN, UserInfo
 from cdctl.sim.apiserver.policycel import (
@@ -37,13 +46,14 @@ from cdctl.sim.apiserver.policycel import (
     PolicyCompileError,
     compile_expression,
 )
-from cdctl.sim.apiserver.resources import ResourceType
+from cdctl.sim.apiserver.resources import ResourceRegistry, ResourceType, version_priority
 
 GROUP = "admissionregistration.k8s.io"
 POLICY_KEY = (GROUP, "validatingadmissionpolicies")
 BINDING_KEY = (GROUP, "validatingadmissionpolicybindings")
 _REASON_CODES = {"Invalid": 422, "Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413}
 _ACTIONS = frozenset({"Deny", "Warn", "Audit"})
+_MATCH_POLICIES = ("Equivalent", "Exact")
 
 
 class PolicyDenied(ApiError):
@@ -55,20 +65,21 @@ class PolicyDenied(ApiError):
 
 @dataclass(frozen=True)
 class AdmissionRequest:
-    """What admission sees of one write."""
+    """What admission sees of one write: `obj` and `old` in the version of `resource_type`."""
 
     operation: str  # CREATE, UPDATE or DELETE
     resource_type: ResourceType
     namespace: str
-    name: str
+    name: str  # as in the request: "" for a create by generateName
     obj: Mapping[str, Any] | None
     old: Mapping[str, Any] | None
     subresource: str = ""
     user: UserInfo = ADMIN
     dry_run: bool = False
+    requested: ResourceType | None = None  # the version written, when a policy sees an equivalent one
 
     def as_cel(self) -> dict[str, Any]:
-        rt = self.resource_type
+        rt, original = self.resource_type, self.requested or self.resource_type
         return {
             "operation": self.operation,
             "userInfo": self.user.as_cel(),
@@ -77,20 +88,42 @@ class AdmissionRequest:
             "resource": {"group": rt.group, "version": rt.version, "resource": rt.plural},
             "subResource": self.subresource,
             "kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+            "requestResource": {
+                "group": original.group,
+                "version": original.version,
+                "resource": original.plural,
+            },
+            "requestSubResource": self.subresource,
+            "requestKind": {"group": original.group, "version": original.version, "kind": original.kind},
             "dryRun": self.dry_run,
         }
+
+    def in_version(self, target: ResourceType) -> AdmissionRequest:
+        """The request as a policy matching `target`, another served version of its resource, sees it."""
+        source = self.resource_type
+        return replace(
+            self,
+            resource_type=target,
+            obj=None if self.obj is None else convert(dict(self.obj), source, target),
+            old=None if self.old is None else convert(dict(self.old), source, target),
+            requested=self.requested or source,
+        )
 
 
 @dataclass(frozen=True)
 class _Rule:
     groups: frozenset[str]
+    versions: frozenset[str]
     operations: frozenset[str]
     resources: frozenset[str]
     scope: str
 
-    def matches(self, request: AdmissionRequest) -> bool:
+    def matches(self, request: AdmissionRequest, *, any_version: bool = False) -> bool:
+        """Whether the rule covers the request (`any_version`: whatever its version)."""
         rt = request.resource_type
         if not ({"*", rt.group} & self.groups and {"*", request.operation} & self.operations):
+            return False
+        if not any_version and not {"*", rt.version} & self.versions:
             return False
         if (self.scope == "Cluster" and rt.namespaced) or (self.scope == "Namespaced" and not rt.namespaced):
             return False
@@ -125,14 +158,47 @@ class Policy:
     conditions: tuple[tuple[str, Expression], ...]
     variables: Mapping[str, Expression]
     validations: tuple[_Validation, ...]
+    match_policy: str = "Equivalent"
 
-    def matches(self, request: AdmissionRequest) -> bool:
-        return any(r.matches(request) for r in self.rules) and not any(
-            r.matches(request) for r in self.excluded
+    def _match(
+        self, rules: tuple[_Rule, ...], request: AdmissionRequest, registry: ResourceRegistry | None
+    ) -> AdmissionRequest | None:
+        if any(rule.matches(request) for rule in rules):
+            return request
+        if self.match_policy != "Equivalent" or registry is None:
+            return None
+        if not any(rule.matches(request, any_version=True) for rule in rules):
+            return None
+        rt = request.resource_type
+        others = sorted(
+            (
+                t
+                for t in registry.types()
+                if t.group == rt.group and t.plural == rt.plural and t.version != rt.version
+            ),
+            key=lambda t: version_priority(t.version),
         )
+        for other in others:
+            seen = request.in_version(other)
+            if any(rule.matches(seen) for rule in rules):
+                return seen
+        return None
+
+    def match(
+        self, request: AdmissionRequest, registry: ResourceRegistry | None = None
+    ) -> AdmissionRequest | None:
+        """The request as this policy sees it (in the version its rules match), or None when it does not
+        apply. `registry` gives the equivalent versions (none without it)."""
+        if self._match(self.excluded, request, registry) is not None:
+            return None
+        return self._match(self.rules, request, registry)
 
     def decide(self, request: AdmissionRequest) -> tuple[str, str] | None:
         """None when the request passes (or the policy does not apply); else (reason, message)."""
+        return self.evaluate(request)[1]
+
+    def evaluate(self, request: AdmissionRequest) -> tuple[bool, tuple[str, str] | None]:
+        """(whether the matchConditions let the policy apply, the refusal or None)."""
         activation = Activation(
             {"object": request.obj, "oldObject": request.old, "request": request.as_cel()}, self.variables
         )
@@ -140,24 +206,24 @@ class Policy:
         for name, condition in self.conditions:
             try:
                 if not activation.evaluate_bool(condition):
-                    return None
+                    return False, None
             except EvaluationError as error:
                 failed = failed or f"failed to evaluate matchCondition {name!r}: {error}"
         if failed is not None:
-            return ("Invalid", failed) if self.failure_policy == "Fail" else None
+            return (True, ("Invalid", failed)) if self.failure_policy == "Fail" else (False, None)
         for validation in self.validations:
             try:
                 passed = activation.evaluate_bool(validation.expression)
             except EvaluationError as error:
                 if self.failure_policy == "Fail":
-                    return (
+                    return True, (
                         validation.reason,
                         f"expression '{validation.expression.source}' resulted in error: {error}",
                     )
                 continue
             if not passed:
-                return validation.reason, _message(activation, validation)
-        return None
+                return True, (validation.reason, _message(activation, validation))
+        return True, None
 
 
 def _message(activation: Activation, validation: _Validation) -> str:
@@ -166,21 +232,27 @@ def _message(activation: Activation, validation: _Validation) -> str:
             text = activation.evaluate(validation.message_expression)
         except EvaluationError:
             text = None
-        if isinstance(text, str) and text.strip():
+        if isinstance(text, str) and text.strip() and "\n" not in text:
             return text.strip()
     return validation.message or f"failed expression: {validation.expression.source.strip()}"
 
 
 def _rules(raw: Any) -> tuple[_Rule, ...]:
-    return tuple(
-        _Rule(
-            frozenset(rule.get("apiGroups") or ()),
-            frozenset(rule.get("operations") or ()),
-            frozenset(rule.get("resources") or ()),
-            str(rule.get("scope") or "*"),
+    rules = []
+    for rule in raw or ():
+        for key in ("apiGroups", "apiVersions", "operations", "resources"):
+            if not rule.get(key):
+                raise PolicyCompileError(f"{key}: Required value")
+        rules.append(
+            _Rule(
+                frozenset(rule["apiGroups"]),
+                frozenset(rule["apiVersions"]),
+                frozenset(rule["operations"]),
+                frozenset(rule["resources"]),
+                str(rule.get("scope") or "*"),
+            )
         )
-        for rule in raw or ()
-    )
+    return tuple(rules)
 
 
 def _unsupported(field_path: str, value: Any) -> None:
@@ -204,6 +276,16 @@ def compile_policy(obj: Mapping[str, Any]) -> Policy:
             )
         where = "spec.paramKind"
         _unsupported(where, spec.get("paramKind"))
+        where = "spec.matchConstraints.matchPolicy"
+        match_policy = str(constraints.get("matchPolicy") or "Equivalent")
+        if match_policy not in _MATCH_POLICIES:
+            raise PolicyCompileError(f'Unsupported value: "{match_policy}"')
+        where = "spec.matchConstraints.resourceRules"
+        rules = _rules(constraints.get("resourceRules"))
+        if not rules:
+            raise PolicyCompileError("Required value")
+        where = "spec.matchConstraints.excludeResourceRules"
+        excluded = _rules(constraints.get("excludeResourceRules"))
         where = "spec.failurePolicy"
         failure_policy = str(spec.get("failurePolicy") or "Fail")
         if failure_policy not in ("Fail", "Ignore"):
@@ -243,13 +325,7 @@ def compile_policy(obj: Mapping[str, Any]) -> Policy:
     except PolicyCompileError as error:
         raise _invalid("ValidatingAdmissionPolicy", name, where, str(error)) from error
     return Policy(
-        name,
-        failure_policy,
-        _rules(constraints.get("resourceRules")),
-        _rules(constraints.get("excludeResourceRules")),
-        tuple(conditions),
-        declared,
-        tuple(validations),
+        name, failure_policy, rules, excluded, tuple(conditions), declared, tuple(validations), match_policy
     )
 
 
@@ -292,9 +368,11 @@ class AdmissionPolicies:
 
     policies: dict[str, Policy] = field(default_factory=dict)
     bindings: dict[str, Binding] = field(default_factory=dict)
+    registry: ResourceRegistry | None = None  # the served versions, for matchPolicy Equivalent
     denials: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     audits: list[str] = field(default_factory=list)
+    admitted: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def check_definition(self, storage_key: tuple[str, str], obj: Mapping[str, Any]) -> None:
         """Refuse (422) a policy or binding the simulator cannot enforce, before it is stored."""
@@ -321,10 +399,13 @@ class AdmissionPolicies:
         """Raise PolicyDenied for the first Deny binding whose policy refuses the request."""
         for binding in sorted(self.bindings.values(), key=lambda b: (b.policy, b.name)):
             policy = self.policies.get(binding.policy)
-            if policy is None or not policy.matches(request):
+            seen = None if policy is None else policy.match(request, self.registry)
+            if policy is None or seen is None:
                 continue
-            decision = policy.decide(request)
+            applied, decision = policy.evaluate(seen)
             if decision is None:
+                if applied:
+                    self.admitted[(policy.name, request.user.username)] += 1
                 continue
             reason, detail = decision
             message = (

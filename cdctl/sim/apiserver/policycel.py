@@ -2,7 +2,9 @@
 
 `compile_expression` parses an expression with the `cel` module (common-expression-language) and checks the
 names it uses against what an admission policy may see (`object`, `oldObject`, `request`, `params`,
-`namespaceObject`, `variables.<declared>`), so a policy the simulator cannot run is refused when it is written
+`namespaceObject`, `variables.<declared>`, CEL's type names) and the functions it calls against what the
+simulator evaluates (the `cel` module's own and Kubernetes' library functions of
+cdctl.sim.apiserver.cellibrary), so a policy the simulator cannot run is refused when it is written
 (`PolicyCompileError`), never silently left unenforced. The module does not parse CEL's optional syntax
 (`x[?'k']`, `.?f`, `.orValue()`): policies use `has()`, `in` and ternaries instead. `Activation` evaluates
 expressions on one request's values; `variables` are computed on first reference and kept, and a variable
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import cel
+
+from cdctl.sim.apiserver.cellibrary import LIBRARY, NATIVE, TYPE_NAMES
 
 # The activation of an admission policy (authorizer is not simulated: a policy using it is refused).
 ROOTS = frozenset({"object", "oldObject", "request", "params", "namespaceObject", "variables"})
@@ -40,6 +44,7 @@ class Expression:
     program: Any  # cel.Program
     roots: frozenset[str]  # the activation names it reads
     variables: tuple[str, ...]  # the `variables.<name>` it reads
+    library: tuple[str, ...] = ()  # the cdctl.sim.apiserver.cellibrary functions it calls
 
 
 def compile_expression(source: str, declared: frozenset[str]) -> Expression:
@@ -50,16 +55,23 @@ def compile_expression(source: str, declared: frozenset[str]) -> Expression:
         raise PolicyCompileError(f"compilation failed: {error}") from error
     roots = frozenset(str(name) for name in program.variables()) & ROOTS
     named = {str(name) for name in program.variables()}
-    unknown = sorted(named - ROOTS - set(_BOUND_RE.findall(source)))
+    unknown = sorted(named - ROOTS - TYPE_NAMES - set(_BOUND_RE.findall(source)))
     if unknown:
         raise PolicyCompileError(f"compilation failed: undeclared reference to {', '.join(unknown)}")
+    # Operators are named `_+_`, `!_`, `-_`, `@in`, ...; anything else is a function the server must know.
+    functions = {str(name) for name in program.functions() if str(name)[:1].isalpha()}
+    undeclared = sorted(functions - NATIVE - set(LIBRARY))
+    if undeclared:
+        raise PolicyCompileError(
+            f"compilation failed: undeclared reference to function(s) {', '.join(undeclared)}"
+        )
     used = tuple(dict.fromkeys(_VARIABLE_RE.findall(source)))
     missing = [name for name in used if name not in declared]
     if missing:
         raise PolicyCompileError(f"compilation failed: undefined variable(s) {', '.join(missing)}")
     if "variables" in roots and not used:
         raise PolicyCompileError("compilation failed: variables must be referenced as variables.<name>")
-    return Expression(source, program, roots, used)
+    return Expression(source, program, roots, used, tuple(sorted(functions & set(LIBRARY))))
 
 
 class Activation:
@@ -97,6 +109,11 @@ class Activation:
                     failed.append(error)
             context["variables"] = variables
         try:
+            if expression.library:
+                environment = cel.Context(context)
+                for name in expression.library:
+                    environment.add_function(name, LIBRARY[name])
+                return expression.program.execute(environment)
             return expression.program.execute(context)
         except Exception as error:  # the cel module raises KeyError, TypeError, RuntimeError, ...
             if failed:

@@ -6,8 +6,9 @@ Faults on demand: `server.faults` (error shares, queued errors, delays), `drop_w
 which keeps the store and the port. `server.rbac.load(objects)` enforces Roles and bindings for clients that
 connect with a service-account token (`write_kubeconfig(path, token=...)`; cdctl.sim.apiserver.rbac), and
 `server.load_policies(objects)` stores ValidatingAdmissionPolicies and their bindings, which every write then
-passes (cdctl.sim.apiserver.policies). `server.pod_network` routes the pods proxy subresource to the local
-processes that serve each pod's IP and port (cdctl.sim.apiserver.proxy).
+passes (cdctl.sim.apiserver.policies). `server.audit` lists every request with its user (and bound pod),
+verb, object and response code (cdctl.sim.apiserver.audit). `server.pod_network` routes the pods proxy
+subresource to the local processes that serve each pod's IP and port (cdctl.sim.apiserver.proxy).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from cdctl.sim.apiserver.audit import AuditLog
 from cdctl.sim.apiserver.faults import FaultPlan
 from cdctl.sim.apiserver.handlers import build_app
 from cdctl.sim.apiserver.proxy import PodNetwork
@@ -46,6 +48,8 @@ class ApiServer:
         self.faults = faults or FaultPlan()
         # Enforced for service-account tokens once roles are loaded (cdctl.sim.apiserver.rbac).
         self.rbac = Rbac()
+        # Every request, with its user, verb, object and code (cdctl.sim.apiserver.audit).
+        self.audit = AuditLog(self.settings.audit_limit)
         self.pod_network = PodNetwork()
         self._runner: web.AppRunner | None = None
         self.restarts = 0
@@ -67,7 +71,7 @@ class ApiServer:
             return
         if self.settings.port == 0:
             self.settings.port = _free_port(self.settings.host)
-        app = build_app(self.store, self.settings, self.faults, self.rbac, self.pod_network)
+        app = build_app(self.store, self.settings, self.faults, self.rbac, self.audit, self.pod_network)
         runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.port, reuse_address=True)

@@ -1,4 +1,4 @@
-"""Tunables of the simulated API server (address, watch timing, history window).
+"""Tunables of the simulated API server (address, watch timing, history window, audit log size).
 
 Built by tests and by `cdctl sim apiserver`; read by cdctl.sim.apiserver.server and the watch stream.
 """
@@ -16,3 +16,4 @@ class ServerSettings:
     bookmark_interval_s: float = 1.0  # how often a watch with allowWatchBookmarks gets a BOOKMARK
     default_watch_timeout_s: float = 1800.0  # when the client sends no timeoutSeconds
     disconnect_check_s: float = 5.0  # how often an idle watch checks that its client is still connected
+    audit_limit: int = 50_000  # requests the audit log keeps (the oldest are dropped)

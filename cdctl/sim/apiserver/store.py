@@ -6,8 +6,9 @@ generateName, 409 on existing names and stale resourceVersions, the status subre
 bumps, finalizers and deletionTimestamp, ownerReference garbage collection, namespace termination, and CRDs
 (serving, defaults, validation rules). Called by the HTTP handlers (cdctl.sim.apiserver.handlers) and, in
 process, by the stand-in controllers (claims, allocator, daemonsets, kubelet). Every create, update, patch and
-delete passes the stored ValidatingAdmissionPolicies (cdctl.sim.apiserver.policies) as the writing `user`
-(the HTTP handlers pass the request's; in-process writers are the admin).
+delete passes the stored ValidatingAdmissionPolicies (cdctl.sim.apiserver.policies) as the writing `user`, in
+the version it was `served` in (the HTTP handlers pass the request's user and version; in-process writers are
+the admin, or the identity of the controller they stand in for, writing the storage version).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from cdctl.sim.apiserver import admission
@@ -55,7 +57,7 @@ class ObjectStore:
         self._pods_by_node: dict[str, set[tuple[str, str]]] = {}  # spec.nodeName -> (namespace, name)
         self._revision = 0
         self._rng = random.Random(seed)
-        self.policies = AdmissionPolicies()
+        self.policies = AdmissionPolicies(registry=self.registry)
         for namespace in DEFAULT_NAMESPACES:
             self.create(self.type_of(*NAMESPACE_KEY), "", {"metadata": {"name": namespace}})
 
@@ -201,25 +203,33 @@ class ObjectStore:
         subresource: str | None,
         user: UserInfo | None,
         dry_run: bool,
+        served: ResourceType | None,
+        name: str | None = None,
     ) -> None:
-        """The ValidatingAdmissionPolicies' say on one write (raises their 4xx); a policy or binding being
-        written must compile first."""
+        """The ValidatingAdmissionPolicies' say on one write (raises their 4xx), seen in the `served` version
+        (the storage version when None); `name` is the request's when it differs from the object's (a create
+        by generateName). A policy or binding being written must compile first."""
         current = new if new is not None else old
         assert current is not None
         if new is not None:
             self.policies.check_definition(resource_type.storage_key, new)
+        if not self.policies.bindings:
+            return
         metadata = current["metadata"]
         request = AdmissionRequest(
             operation,
             resource_type,
             str(metadata.get("namespace", "")),
-            str(metadata.get("name", "")),
+            str(metadata.get("name", "")) if name is None else name,
             new,
             old,
             subresource or "",
             user or ADMIN,
             dry_run,
         )
+        if served is not None and served.version != resource_type.version:
+            request = request.in_version(served)
+            request = replace(request, requested=None)
         self.policies.admit(request)
 
     def create(
@@ -230,6 +240,7 @@ class ObjectStore:
         *,
         dry_run: bool = False,
         user: UserInfo | None = None,
+        served: ResourceType | None = None,
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise BadRequest("the request body must be an object")
@@ -245,6 +256,7 @@ class ObjectStore:
         self._check_namespace(resource_type, namespace, creating=True)
         if resource_type.storage_key == PODS_KEY:
             admission.admit_service_account(namespace, obj, self._service_account_exists)
+        requested_name = str(metadata.get("name") or "")
         if not metadata.get("name") and metadata.get("generateName"):
             metadata["name"] = meta.generated_name(metadata["generateName"], self._rng)
         name = metadata.get("name", "")
@@ -268,7 +280,17 @@ class ObjectStore:
             obj.pop("status", None)
         admission.apply_create_defaults(resource_type, obj)
         obj = admission.admit(self.registry, resource_type, obj, None)
-        self._admit_policies("CREATE", resource_type, obj, None, subresource=None, user=user, dry_run=dry_run)
+        self._admit_policies(
+            "CREATE",
+            resource_type,
+            obj,
+            None,
+            subresource=None,
+            user=user,
+            dry_run=dry_run,
+            served=served,
+            name=requested_name,
+        )
         if dry_run:
             return obj
         created = self._commit(resource_type, "ADDED", obj, None)
@@ -292,6 +314,7 @@ class ObjectStore:
         subresource: str | None = None,
         dry_run: bool = False,
         user: UserInfo | None = None,
+        served: ResourceType | None = None,
     ) -> dict[str, Any]:
         old = self._find(resource_type, namespace, name)
         if not isinstance(body, dict):
@@ -339,7 +362,14 @@ class ObjectStore:
                 )
         new = admission.admit(self.registry, resource_type, new, old)
         self._admit_policies(
-            "UPDATE", resource_type, new, old, subresource=subresource, user=user, dry_run=dry_run
+            "UPDATE",
+            resource_type,
+            new,
+            old,
+            subresource=subresource,
+            user=user,
+            dry_run=dry_run,
+            served=served,
         )
         if new == old:
             return copy.deepcopy(old)
@@ -368,6 +398,7 @@ class ObjectStore:
         subresource: str | None = None,
         dry_run: bool = False,
         user: UserInfo | None = None,
+        served: ResourceType | None = None,
     ) -> dict[str, Any]:
         """Apply a patch of any supported content type; apply-patch creates a missing object."""
         bucket_key = (namespace if resource_type.namespaced else "", name)
@@ -376,7 +407,7 @@ class ObjectStore:
                 raise BadRequest("apply patch body must be an object")
             created = copy.deepcopy(body)
             meta.metadata_of(created).setdefault("name", name)
-            return self.create(resource_type, namespace, created, dry_run=dry_run, user=user)
+            return self.create(resource_type, namespace, created, dry_run=dry_run, user=user, served=served)
         current = self.get(resource_type, namespace, name)
         patched = apply_patch(current, body, content_type, custom=not resource_type.builtin)
         patched_meta = meta.metadata_of(patched)
@@ -384,7 +415,14 @@ class ObjectStore:
             # No resourceVersion in the patch: it applies to the latest object. One in it is a precondition.
             patched_meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self.update(
-            resource_type, namespace, name, patched, subresource=subresource, dry_run=dry_run, user=user
+            resource_type,
+            namespace,
+            name,
+            patched,
+            subresource=subresource,
+            dry_run=dry_run,
+            user=user,
+            served=served,
         )
 
     # ---- delete, finalizers, garbage collection, namespaces ------------------------------------------------
@@ -398,6 +436,7 @@ class ObjectStore:
         preconditions: Mapping[str, Any] | None = None,
         dry_run: bool = False,
         user: UserInfo | None = None,
+        served: ResourceType | None = None,
     ) -> dict[str, Any]:
         """Delete now, or mark with deletionTimestamp while finalizers remain; returns the object."""
         obj = self._find(resource_type, namespace, name)
@@ -408,7 +447,9 @@ class ObjectStore:
                     f"Precondition failed: {field} in precondition: {wanted}, {field} in object meta: "
                     f"{obj['metadata'].get(key)}"
                 )
-        self._admit_policies("DELETE", resource_type, None, obj, subresource=None, user=user, dry_run=dry_run)
+        self._admit_policies(
+            "DELETE", resource_type, None, obj, subresource=None, user=user, dry_run=dry_run, served=served
+        )
         if dry_run:
             return copy.deepcopy(obj)
         if resource_type.storage_key == NAMESPACE_KEY:
@@ -431,6 +472,7 @@ class ObjectStore:
         matches: ObjectFilter | None = None,
         *,
         user: UserInfo | None = None,
+        served: ResourceType | None = None,
     ) -> list[dict[str, Any]]:
         items, _ = self.list_objects(resource_type, namespace, matches)
         deleted = []
@@ -438,7 +480,13 @@ class ObjectStore:
             item_meta = item["metadata"]
             if self.exists_uid(item_meta["uid"]):
                 deleted.append(
-                    self.delete(resource_type, item_meta.get("namespace", ""), item_meta["name"], user=user)
+                    self.delete(
+                        resource_type,
+                        item_meta.get("namespace", ""),
+                        item_meta["name"],
+                        user=user,
+                        served=served,
+                    )
                 )
         return deleted
 

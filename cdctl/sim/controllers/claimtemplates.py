@@ -4,7 +4,12 @@ For every pod entry `spec.resourceClaims[].resourceClaimTemplateName` it creates
 template, named `<pod>-<podClaim>-<random>` like Kubernetes (generateName, owner reference to the pod,
 annotation `resource.kubernetes.io/pod-claim-name`, finalizer `resource.kubernetes.io/delete-protection`) and
 records it in `pod.status.resourceClaimStatuses`. It also drops reservations of pods that are gone and lets
-unreserved claims that are being deleted go. Run by the rack via ControllerLoop; tests call `reconcile()`.
+unreserved claims that are being deleted go. Every write is made as the real controller's identity
+(`RESOURCE_CLAIM_CONTROLLER`, the service account kube-controller-manager gives it with
+`--use-service-account-credentials`), so the API server's admission policies judge its claims as they judge
+the real one's; a claim the API server refuses leaves the pod without it and a Warning Event
+`FailedResourceClaimCreation` on the pod, and is tried again on the next pass, as the real controller does.
+Run by the rack via ControllerLoop; tests call `reconcile()`.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import copy
 from typing import Any
 
 from cdctl.sim.apiserver.errors import ApiError
+from cdctl.sim.apiserver.identity import service_account_token, user_for_token
 from cdctl.sim.apiserver.store import ObjectStore
+from cdctl.sim.controllers import events
 
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -21,6 +28,9 @@ PODS = ("", "pods")
 CLAIMS = ("resource.k8s.io", "resourceclaims")
 TEMPLATES = ("resource.k8s.io", "resourceclaimtemplates")
 _MAX_GENERATE_NAME = 57  # 63 minus "-" and the 5 random characters
+# kube-controller-manager's client for its resource-claim controller (cmd/kube-controller-manager).
+COMPONENT = "resource-claim-controller"
+RESOURCE_CLAIM_CONTROLLER = user_for_token(service_account_token("kube-system", "resource-claim-controller"))
 
 
 def claim_generate_name(pod_name: str, pod_claim_name: str) -> str:
@@ -67,7 +77,15 @@ class ClaimTemplateController:
                 continue
             claim = self._owned_claim(pod, pod_claim["name"])
             if claim is None:
-                claim = self._create_claim(pod, pod_claim["name"], template_name)
+                try:
+                    claim = self._create_claim(pod, pod_claim["name"], template_name)
+                except ApiError as error:
+                    # The real controller gives up on the pod for this pass, status unpatched, and retries.
+                    message = f"PodResourceClaim {pod_claim['name']}: create ResourceClaim: {error.message}"
+                    events.record(
+                        self.store, pod, "Warning", "FailedResourceClaimCreation", message, COMPONENT
+                    )
+                    return
                 if claim is None:
                     continue
             statuses.append({"name": pod_claim["name"], "resourceClaimName": claim["metadata"]["name"]})
@@ -75,7 +93,14 @@ class ClaimTemplateController:
         if changed:
             latest = self.store.get(self.store.type_of(*PODS), namespace, pod_name)
             latest.setdefault("status", {})["resourceClaimStatuses"] = statuses
-            self.store.update(self.store.type_of(*PODS), namespace, pod_name, latest, subresource="status")
+            self.store.update(
+                self.store.type_of(*PODS),
+                namespace,
+                pod_name,
+                latest,
+                subresource="status",
+                user=RESOURCE_CLAIM_CONTROLLER,
+            )
 
     def _create_claim(
         self, pod: dict[str, Any], pod_claim_name: str, template_name: str
@@ -108,7 +133,9 @@ class ClaimTemplateController:
             },
             "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {}),
         }
-        return self.store.create(self.store.type_of(*CLAIMS), namespace, claim)
+        return self.store.create(
+            self.store.type_of(*CLAIMS), namespace, claim, user=RESOURCE_CLAIM_CONTROLLER
+        )
 
     def _release_claims(self, live_pod_uids: set[str]) -> None:
         claims_type = self.store.type_of(*CLAIMS)
@@ -125,7 +152,12 @@ class ClaimTemplateController:
                     else {k: v for k, v in status.items() if k != "reservedFor"}
                 )
                 claim = self.store.update(
-                    claims_type, namespace, name, {**claim, "status": status}, subresource="status"
+                    claims_type,
+                    namespace,
+                    name,
+                    {**claim, "status": status},
+                    subresource="status",
+                    user=RESOURCE_CLAIM_CONTROLLER,
                 )
             if claim["metadata"].get("deletionTimestamp") and not kept:
                 self._let_go(claim)
@@ -136,11 +168,20 @@ class ClaimTemplateController:
         if (claim.get("status") or {}).get("allocation"):
             status = {k: v for k, v in claim["status"].items() if k not in ("allocation", "devices")}
             claim = self.store.update(
-                claims_type, namespace, name, {**claim, "status": status}, subresource="status"
+                claims_type,
+                namespace,
+                name,
+                {**claim, "status": status},
+                subresource="status",
+                user=RESOURCE_CLAIM_CONTROLLER,
             )
         finalizers = claim["metadata"].get("finalizers") or []
         if DELETE_PROTECTION_FINALIZER in finalizers:
             kept = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
             self.store.update(
-                claims_type, namespace, name, {**claim, "metadata": {**claim["metadata"], "finalizers": kept}}
+                claims_type,
+                namespace,
+                name,
+                {**claim, "metadata": {**claim["metadata"], "finalizers": kept}},
+                user=RESOURCE_CLAIM_CONTROLLER,
             )

@@ -3,7 +3,8 @@
 `record(store, obj, type_, reason, message, component)` creates a core/v1 Event in the object's namespace
 naming it as `involvedObject`; the same reason and message about the same object again raises that Event's
 `count` and `lastTimestamp` instead of adding one (the recorder's correlator). Used by
-cdctl.sim.controllers.daemonsets (FailedCreate when the API server refuses a pod).
+cdctl.sim.controllers.daemonsets (FailedCreate when the API server refuses a pod) and
+cdctl.sim.controllers.claimtemplates (FailedResourceClaimCreation when it refuses a pod's claim).
 """
 
 from __future__ import annotations

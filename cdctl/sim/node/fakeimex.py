@@ -3,10 +3,17 @@
 `python -m cdctl.sim.node.fakeimex imex -c CFG` behaves like the daemon: it reads the IMEX config (KEY=VALUE
 lines: IMEX_NODE_CONFIG_FILE, IMEX_CMD_BIND_INTERFACE_IP / BIND_INTERFACE_IP, SERVER_PORT, IMEX_CMD_PORT) and
 the node list, registers itself, re-reads the node list on SIGUSR1 and leaves on SIGTERM/SIGINT (exit 0).
-`python -m cdctl.sim.node.fakeimex ctl -c CFG -q` answers `READY` once the local daemon runs and every peer in
-its node list that resolves (an IP, or a name in the hosts file) is up, else `NOT_READY`; `-N` lists the
-peers. Slots the daemon maps to the unused-slot address (cdctl.domain.imex.DEFAULT_UNUSED_ADDRESS: no daemon
-there) are UNUSED and do not hold readiness back.
+Like the real one, it fixes its node id when it starts: the index of the first node-list entry that is its
+own address (a name resolved through the hosts file), -1 when none is; SIGUSR1 re-reads the list but keeps
+the id. Every start is appended to the registry's start log (`Registry.starts`, `start_counts`), so a test
+can tell which daemons' IMEX restarted.
+`python -m cdctl.sim.node.fakeimex ctl -c CFG -q` answers `READY` once the local daemon runs, knows its node
+id, and every entry of its node list that resolves (an IP, or a name in the hosts file) is served by a daemon
+that is up under that entry's node id; else `NOT_READY`. `-N` lists the entries: UP, DOWN (nobody there),
+UNRESOLVED, UNUSED (the unused-slot address cdctl.domain.imex.DEFAULT_UNUSED_ADDRESS: no daemon there, none
+expected; it does not hold readiness back) or MISMATCH: the daemon there runs under another node id, or the
+entry is the local daemon's own id but no longer its address. That is what an IMEX that was only signalled
+after its own slot moved looks like (the Go driver's issue 1418): it still answers as its old node.
 Peers find each other through files in one registry directory on this machine (`CDCTL_FAKE_IMEX_DIR`); names
 resolve through `CDCTL_FAKE_IMEX_HOSTS` (default /etc/hosts). `install_executables(bin_dir)` writes the two
 commands under their real names, for a PATH the cdctl daemon finds them on: `nvidia-imex` runs this file as
@@ -124,10 +131,14 @@ def _is_address(text: str) -> bool:
     return (len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)) or ":" in text
 
 
+START_LOG = "starts.log"
+NODE_NAME_ENV = "NODE_NAME"  # the daemon pod's node (downward API); the fake's child inherits it
+
+
 class Registry:
-    """One file per running fake daemon, named after its address: its pid, its address, then its node
-    list, one line each (the shell `nvidia-imex-ctl` of cdctl.sim.node.fakeimexctl reads the same). Liveness
-    is the pid."""
+    """One file per running fake daemon, named after its address: its pid, its address, its node id, then
+    its node list, one line each (the shell `nvidia-imex-ctl` of cdctl.sim.node.fakeimexctl reads the same).
+    Liveness is the pid. `starts.log` beside them has a line per start: address, node, pid, node id."""
 
     def __init__(self, directory: PathLike) -> None:
         self.directory = os.fspath(directory)
@@ -139,18 +150,53 @@ class Registry:
     def _file(self, address: str) -> str:
         return os.path.join(self.directory, address.replace("/", "_"))
 
-    def register(self, address: str, nodes: list[str]) -> None:
+    def register(self, address: str, node_id: int, nodes: list[str]) -> None:
         os.makedirs(self.directory, exist_ok=True)
         target = self._file(address)
         temporary = os.path.join(self.directory, f".{os.path.basename(target)}.{os.getpid()}.tmp")
+        lines = [str(os.getpid()), address, str(node_id), *nodes]
         with open(temporary, "w", encoding="utf-8") as file:
-            file.write("".join(f"{line}\n" for line in [str(os.getpid()), address, *nodes]))
+            file.write("".join(f"{line}\n" for line in lines))
         os.replace(temporary, target)
+
+    def record_start(self, address: str, node_id: int) -> None:
+        """Append this start to the start log (one short write in append mode: whole lines only)."""
+        os.makedirs(self.directory, exist_ok=True)
+        line = f"{address}\t{os.environ.get(NODE_NAME_ENV, '')}\t{os.getpid()}\t{node_id}\n"
+        descriptor = os.open(os.path.join(self.directory, START_LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(descriptor, line.encode())
+        finally:
+            os.close(descriptor)
+
+    def starts(self) -> list[dict[str, Any]]:
+        """Every start so far, oldest first: address, node (empty when unknown), pid, node_id."""
+        try:
+            lines = _read_text(os.path.join(self.directory, START_LOG)).splitlines()
+        except OSError:
+            return []
+        out = []
+        for line in lines:
+            address, node, pid, node_id = line.split("\t")
+            out.append({"address": address, "node": node, "pid": int(pid), "node_id": int(node_id)})
+        return out
+
+    def start_counts(self, by: str = "node") -> dict[str, int]:
+        """How many times an IMEX started, per node name (`by="node"`) or per address (`by="address"`)."""
+        counts: dict[str, int] = {}
+        for start in self.starts():
+            counts[start[by]] = counts.get(start[by], 0) + 1
+        return counts
 
     def _read(self, address: str) -> dict[str, Any] | None:
         try:
-            pid, recorded, *nodes = _read_text(self._file(address)).splitlines()
-            return {"pid": int(pid), "address": recorded, "nodes": [n for n in nodes if n]}
+            pid, recorded, node_id, *nodes = _read_text(self._file(address)).splitlines()
+            return {
+                "pid": int(pid),
+                "address": recorded,
+                "node_id": int(node_id),
+                "nodes": [n for n in nodes if n],
+            }
         except (OSError, ValueError):
             return None
 
@@ -174,21 +220,47 @@ class Registry:
         return entry
 
 
+def resolve(node: str, hosts: dict[str, str]) -> str | None:
+    return node if _is_address(node) else hosts.get(node)
+
+
+def own_node_id(address: str, nodes: list[str], hosts: dict[str, str]) -> int:
+    """The node id an IMEX at `address` takes at start: the index of the first entry that is it, else -1."""
+    for index, node in enumerate(nodes):
+        if resolve(node, hosts) == address:
+            return index
+    return -1
+
+
 def peer_states(config: ImexConfig, registry: Registry, hosts: dict[str, str]) -> dict[str, str] | None:
-    """Node-list entry -> UP / DOWN / UNRESOLVED for the local daemon's peers; None when it is not running."""
+    """Node-list entry -> UP / DOWN / UNRESOLVED / UNUSED / MISMATCH (see the module docstring) for the local
+    daemon's node list; None when it is not running."""
     local = registry.entry(config.address)
     if local is None:
         return None
+    own_id = local["node_id"]
     states = {}
-    for node in [str(n) for n in local.get("nodes") or []]:
-        address = node if _is_address(node) else hosts.get(node)
-        if address is None:
+    for index, node in enumerate([str(n) for n in local.get("nodes") or []]):
+        address = resolve(node, hosts)
+        if index == own_id and address != config.address:
+            states[node] = "MISMATCH"  # this IMEX is still that node, whose name now points elsewhere
+        elif address is None:
             states[node] = "UNRESOLVED"
+        elif address == UNUSED_SLOT_ADDRESS:
+            states[node] = "UNUSED"  # a slot without a daemon: no IMEX will ever answer, none is expected
         else:
-            states[node] = "UP" if address == config.address or registry.entry(address) else "DOWN"
-            if address == UNUSED_SLOT_ADDRESS:
-                states[node] = "UNUSED"  # a slot without a daemon: no IMEX will ever answer, none is expected
+            there = local if address == config.address else registry.entry(address)
+            if there is None:
+                states[node] = "DOWN"
+            else:
+                states[node] = "UP" if there["node_id"] == index else "MISMATCH"
     return states
+
+
+def is_ready(config: ImexConfig, registry: Registry, states: dict[str, str]) -> bool:
+    local = registry.entry(config.address)
+    known = local is not None and local["node_id"] >= 0
+    return known and all(state not in ("DOWN", "MISMATCH") for state in states.values())
 
 
 def run_imex(config_path: str) -> int:
@@ -196,11 +268,19 @@ def run_imex(config_path: str) -> int:
     registry = Registry.from_env()
     handled = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
     signal.pthread_sigmask(signal.SIG_BLOCK, handled)
-    registry.register(config.address, read_nodes(config.node_file))
-    print(f"IMEX daemon (fake) serving {config.address}:{config.server_port}", file=sys.stderr, flush=True)
+    nodes = read_nodes(config.node_file)
+    hosts = read_hosts(os.environ.get(HOSTS_ENV, DEFAULT_HOSTS))
+    node_id = own_node_id(config.address, nodes, hosts)  # fixed for the life of this process
+    registry.record_start(config.address, node_id)
+    registry.register(config.address, node_id, nodes)
+    print(
+        f"IMEX daemon (fake) serving {config.address}:{config.server_port} as node {node_id}",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         while signal.sigwait(handled) == signal.SIGUSR1:
-            registry.register(config.address, read_nodes(config.node_file))
+            registry.register(config.address, node_id, read_nodes(config.node_file))
             print("IMEX daemon (fake): node list re-read", file=sys.stderr, flush=True)
     finally:
         registry.unregister(config.address)
@@ -210,7 +290,8 @@ def run_imex(config_path: str) -> int:
 def run_ctl(config_path: str, query: bool, list_nodes: bool) -> int:
     config = read_config(config_path)
     hosts = read_hosts(os.environ.get(HOSTS_ENV, DEFAULT_HOSTS))
-    states = peer_states(config, Registry.from_env(), hosts)
+    registry = Registry.from_env()
+    states = peer_states(config, registry, hosts)
     if states is None:
         print(f"UNAVAILABLE: no IMEX daemon at {config.address}")
         return 1
@@ -218,7 +299,7 @@ def run_ctl(config_path: str, query: bool, list_nodes: bool) -> int:
         for node, state in states.items():
             print(f"{node}\t{state}")
     if query:
-        print("READY" if all(s != "DOWN" for s in states.values()) else "NOT_READY")
+        print("READY" if is_ready(config, registry, states) else "NOT_READY")
     return 0
 
 

@@ -4,12 +4,13 @@ Every readiness probe of every simulated daemon pod (`cdctl daemon check`) and e
 readiness monitor runs `nvidia-imex-ctl -q`; on a 144-node rack that is hundreds of calls a second on the one
 machine. A Python interpreter costs 8 to 25 ms of CPU per call, a shell about one, so the command is this
 script, using shell built-ins only (no command substitution, no other program). It answers exactly as
-`python -m cdctl.sim.node.fakeimex ctl` does (tests/sim/test_fakeimex.py runs both): `-q` prints `READY` when
-the local daemon is registered and alive and every peer of its node list that resolves is up (an address, or a
-name the hosts file maps; the unused-slot address counts as UNUSED), else `NOT_READY`; `-N` lists each peer
-with UP / DOWN / UNRESOLVED / UNUSED; no daemon at the config's address prints `UNAVAILABLE: ...` and exits 1;
-a bad argument or an unreadable config exits 2. The registry format it reads (one file per address: pid,
-address, then the node list, a line each) is written by cdctl.sim.node.fakeimex.Registry.
+`python -m cdctl.sim.node.fakeimex ctl` does (tests/sim/node/test_fakeimex.py runs both): `-q` prints `READY`
+when the local daemon is registered and alive under a node id and every entry of its node list that resolves
+(an address, or a name the hosts file maps; the unused-slot address counts as UNUSED) is served by a live
+daemon under that entry's node id, else `NOT_READY`; `-N` lists each entry with UP / DOWN / UNRESOLVED /
+UNUSED / MISMATCH; no daemon at the config's address prints `UNAVAILABLE: ...` and exits 1; a bad argument or
+an unreadable config exits 2. The registry format it reads (one file per address: pid, address, node id,
+then the node list, a line each) is written by cdctl.sim.node.fakeimex.Registry.
 """
 
 from __future__ import annotations
@@ -60,12 +61,15 @@ registry=${CDCTL_FAKE_IMEX_DIR:-/tmp/cdctl-fake-imex}
 hosts=${CDCTL_FAKE_IMEX_HOSTS:-/etc/hosts}
 unused=__UNUSED__
 
-alive() {  # 0 when a live daemon is registered at address $1
+alive() {  # 0 when a live daemon is registered at address $1; its IMEX node id in $entry_id
   entry_file=$registry/$1
+  entry_id=
   [ -f "$entry_file" ] || return 1
   pid=
-  { IFS= read -r pid; } < "$entry_file" 2>/dev/null || return 1
+  { IFS= read -r pid && IFS= read -r entry_address && IFS= read -r entry_id; } < "$entry_file" 2>/dev/null \
+    || return 1
   case $pid in ''|*[!0-9]*) return 1 ;; esac
+  case $entry_id in ''|-*|*[!0-9]*) entry_id=-1 ;; esac
   kill -0 "$pid" 2>/dev/null
 }
 
@@ -119,23 +123,31 @@ if ! alive "$address"; then
   exit 1
 fi
 own=$entry_file
+own_id=$entry_id
 ready=READY
+[ "$own_id" != -1 ] || ready=NOT_READY
 line_number=0
+index=-1
 while IFS= read -r node || [ -n "$node" ]; do
   line_number=$((line_number + 1))
-  [ $line_number -gt 2 ] || continue
+  [ $line_number -gt 3 ] || continue
   [ -n "$node" ] || continue
+  index=$((index + 1))
   if is_address "$node"; then resolved=$node; else resolve "$node"; fi
-  if [ -z "$resolved" ]; then
+  if [ "$index" = "$own_id" ] && [ "$resolved" != "$address" ]; then
+    state=MISMATCH
+  elif [ -z "$resolved" ]; then
     state=UNRESOLVED
   elif [ "$resolved" = "$unused" ]; then
     state=UNUSED
-  elif [ "$resolved" = "$address" ] || alive "$resolved"; then
-    state=UP
+  elif [ "$resolved" = "$address" ]; then
+    if [ "$own_id" = "$index" ]; then state=UP; else state=MISMATCH; fi
+  elif alive "$resolved"; then
+    if [ "$entry_id" = "$index" ]; then state=UP; else state=MISMATCH; fi
   else
     state=DOWN
-    ready=NOT_READY
   fi
+  case $state in DOWN|MISMATCH) ready=NOT_READY ;; esac
   if [ -n "$list" ]; then printf '%s\t%s\n' "$node" "$state"; fi
 done < "$own"
 if [ -n "$query" ]; then echo "$ready"; fi

@@ -3,8 +3,10 @@
 The simulated kubelet (cdctl.sim.node.kubelet) hands it every pod whose claims are prepared. For pods
 `selects` accepts, it starts the container's `command` + `args` with the environment a container would see:
 the container's `env` (values and the downward-API fieldRefs metadata.name/namespace/uid, spec.nodeName,
-status.podIP/hostIP) plus the CDI edits of the pod's devices (cdctl.sim.node.cdiresolver). Probes run as the
-kubelet's probe workers do, one task per running container, each probe on a tick every `periodSeconds` from
+status.podIP/hostIP) plus the CDI edits of the pod's devices (cdctl.sim.node.cdiresolver), and, when the
+runtime is given `service_account_kubeconfig`, the pod's own bound service-account token as KUBECONFIG.
+Probes run as the kubelet's probe workers do, one task per running container, each probe on a tick every
+`periodSeconds` from
 the container's start: the `startupProbe.exec` command from `initialDelaySeconds` until it passes (its
 failureThreshold, 20 minutes for the IMEX daemon, is not enforced); then at once the `readinessProbe.exec`
 command (the kubelet triggers it when the startup probe succeeds) and at every tick after, Ready flipping
@@ -97,6 +99,10 @@ class ProcessRuntime:
     base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     probe_period_s: float | None = None  # None: each probe's periodSeconds
     on_change: Callable[[dict[str, Any]], None] | None = None  # a running pod's readiness changed
+    # The pod's service-account credentials, as the kubelet projects them: a kubeconfig whose token is bound
+    # to the pod (its service account, name, uid and node), handed to the container as KUBECONFIG. None: the
+    # container gets base_env's KUBECONFIG.
+    service_account_kubeconfig: Callable[[dict[str, Any]], Path] | None = None
     running: dict[str, _Running] = field(default_factory=dict)  # by pod uid
 
     @staticmethod
@@ -134,6 +140,9 @@ class ProcessRuntime:
         env = dict(self.base_env)
         env.update(resolve(self.cdi_dirs(node), cdi_devices).env)
         env.update(container_env(pod, self._container(pod)))
+        automount = (pod.get("spec") or {}).get("automountServiceAccountToken", True) is not False
+        if self.service_account_kubeconfig is not None and automount:
+            env["KUBECONFIG"] = str(self.service_account_kubeconfig(pod))
         process = await self._spawn(pod, env)
         running = _Running(process, env, self.user_of(pod))
         self.running[pod["metadata"]["uid"]] = running

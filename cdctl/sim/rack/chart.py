@@ -18,8 +18,9 @@ one source of truth for them. Helm is not needed at runtime (helm-python-sdk is 
 - ValidatingAdmissionPolicies and their bindings come from `charts/cdctl/files/admission-policies.yaml`, the
   list `templates/admission-policies.yaml` renders (`admission_policies(values, namespace=...)`): the same
   names, matchCondition on the component's service accounts, Fail and [Deny], `driverManagedOnly` entries
-  left out under HostManagedIMEX; labels carry only the component. The rack loads them, so the simulated
-  cluster enforces them.
+  left out under HostManagedIMEX, the claim policies (`admission` entries: their own matchConditions and the
+  install's constants as their first variables) only while `admission.enabled`; labels carry only the
+  component. The rack loads them, so the simulated cluster enforces them.
 - The collector ServiceAccount (`collector_service_account`) of `templates/rbac-collector.yaml`, whose tokens
   the components accept on their event-log endpoint, and the components' HTTP ports (`http_ports`).
 - The kubelet plugin's placement (`plugin_placement`): the nodeSelector, tolerations and affinity that
@@ -60,6 +61,11 @@ _HOST_MANAGED_FORCES_OFF = ("IMEXDaemonsWithDNSNames", "ComputeDomainCliques")
 
 _DEFAULT_RESOURCE_API_VERSION = "resource.k8s.io/v1"
 DAEMON_SERVICE_ACCOUNT = "compute-domain-daemon-service-account"  # templates/_helpers.tpl, as the Go driver
+# templates/_helpers.tpl "cdctl.claimControllerUsers": who makes a pod's claims from its templates.
+CLAIM_CONTROLLER_USERS = (
+    "system:serviceaccount:kube-system:resource-claim-controller",
+    "system:kube-controller-manager",
+)
 
 
 class ChartError(Exception):
@@ -247,6 +253,18 @@ def _fullname(values: Mapping[str, Any], release: str) -> str:
     return (release if name in release else f"{release}-{name}")[:63].rstrip("-")
 
 
+def channel_isolation(values: Mapping[str, Any]) -> bool:
+    """templates/_helpers.tpl "cdctl.channelIsolation": `imex.isolation` is "channel" (a value the chart's
+    schema does not have yet, so false for every values it accepts)."""
+    imex = values.get("imex")
+    return isinstance(imex, Mapping) and str(imex.get("isolation") or "domain") == "channel"
+
+
+def _cel_json(value: Any) -> str:
+    """Helm's `toJson`, which is a CEL literal too."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 def admission_policies(
     values: Mapping[str, Any] | None = None,
     *,
@@ -266,30 +284,45 @@ def admission_policies(
         "kubeletPlugin": [f"system:serviceaccount:{namespace}:{fullname}-kubelet-plugin"],
         "daemon": [f"system:serviceaccount:{ns}:compute-domain-daemon-service-account" for ns in managed],
     }
+    constants = {
+        "controllerUser": _cel_json(accounts["controller"][0]),
+        "claimControllers": _cel_json(list(CLAIM_CONTROLLER_USERS)),
+        "hostManaged": "true" if host_managed else "false",
+        "channelIsolation": "true" if channel_isolation(merged) else "false",
+    }
+    admission_enabled = bool((merged.get("admission") or {}).get("enabled"))
     entries = _load_yaml(directory / "files" / "admission-policies.yaml")
     if not isinstance(entries, list):
         raise ChartError(f"{directory / 'files' / 'admission-policies.yaml'}: not a list")
     objects: list[dict[str, Any]] = []
     for entry in entries:
-        if entry.get("driverManagedOnly") and host_managed:
+        if (entry.get("driverManagedOnly") and host_managed) or (
+            entry.get("admission") and not admission_enabled
+        ):
             continue
         name = f"{entry['name']}-policy-{fullname}"
         labels = {"app.kubernetes.io/component": entry["component"]}
-        condition = "request.userInfo.username in " + json.dumps(
-            accounts[entry["serviceAccount"]], separators=(",", ":")
-        )
+        spec: dict[str, Any] = {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": copy.deepcopy(entry["resourceRules"])},
+        }
+        conditions = copy.deepcopy(entry.get("matchConditions") or [])
+        if entry.get("serviceAccount"):
+            condition = "request.userInfo.username in " + _cel_json(accounts[entry["serviceAccount"]])
+            conditions.insert(0, {"name": "isServiceAccount", "expression": condition})
+        if conditions:
+            spec["matchConditions"] = conditions
+        variables = [{"name": n, "expression": constants[n]} for n in entry.get("constants") or []]
+        variables += copy.deepcopy(entry.get("variables") or [])
+        if variables:
+            spec["variables"] = variables
+        spec["validations"] = copy.deepcopy(entry["validations"])
         objects.append(
             {
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": "ValidatingAdmissionPolicy",
                 "metadata": {"name": name, "labels": dict(labels)},
-                "spec": {
-                    "failurePolicy": "Fail",
-                    "matchConstraints": {"resourceRules": copy.deepcopy(entry["resourceRules"])},
-                    "matchConditions": [{"name": "isServiceAccount", "expression": condition}],
-                    "variables": copy.deepcopy(entry.get("variables") or []),
-                    "validations": copy.deepcopy(entry["validations"]),
-                },
+                "spec": spec,
             }
         )
         objects.append(

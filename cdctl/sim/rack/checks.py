@@ -10,6 +10,9 @@
   processes, and claims a plugin's event log (`claim_lifecycle`) does not show as unprepared.
 - `kubelet_problems(rack)`: what a strict kubelet would complain about: any error on a plugin's
   resource-health stream, and a worker pod bound to a CPU-only node.
+- `admission_problems(rack)`: every write the chart's admission policies denied. The components write
+  with tokens bound to their pods (the daemons' through the runtime, as the kubelet mounts them), so a
+  component that strays outside its own objects fails the scenario here as it would on a real cluster.
 Used by cdctl.sim.rack.scenario and the integration tests.
 """
 
@@ -206,6 +209,11 @@ def leftovers(rack: Rack, namespaces: list[str], job_names: list[str]) -> list[s
     if rack.runtime.running:
         found.append(f"{len(rack.runtime.running)} daemon processes still run")
     return found
+
+
+def admission_problems(rack: Rack) -> list[str]:
+    """The writes the chart's ValidatingAdmissionPolicies refused during the run."""
+    return [f"admission policy denied a write: {d}" for d in rack.cluster.apiserver.store.policies.denials]
 
 
 def kubelet_problems(rack: Rack) -> list[str]:

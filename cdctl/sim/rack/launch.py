@@ -110,6 +110,7 @@ class Rack:
             log_dir=self.logs_dir / "pods",
             base_env=self.base_env,
             probe_period_s=settings.probe_period_s,
+            service_account_kubeconfig=self._pod_kubeconfig,
         )
         # Each kubelet also passes every tick (probes, retries); on a big rack that adds up in this process.
         tick_s = max(KUBELET_TICK_S, len(self.topology.nodes) / NODES_PER_KUBELET_TICK_S)
@@ -210,7 +211,7 @@ class Rack:
             self._create(group, _PLURALS[obj["kind"]], "", obj)
         self._create("", "namespaces", "", {"metadata": {"name": self.settings.driver_namespace}})
         # The chart's admission policies, enforced for the controller and plugins, which connect as their
-        # service accounts with tokens bound to their pods (`_kubeconfig_for`).
+        # service accounts with tokens bound to their pods (`_pod_kubeconfig`).
         self.cluster.apiserver.load_policies(
             admission_policies(values, namespace=self.settings.driver_namespace)
         )
@@ -258,17 +259,17 @@ class Rack:
             node["status"] = {**(node.get("status") or {}), "capacity": gpus, "allocatable": dict(gpus)}
             self.store.update(nodes, "", fake.name, node, subresource="status")
 
-    def _kubeconfig_for(self, pod: dict[str, Any]) -> Path:
-        """A kubeconfig whose token is the pod's service account, bound to the pod and its node."""
-        metadata, spec = pod["metadata"], pod["spec"]
+    def _pod_kubeconfig(self, pod: dict[str, Any]) -> Path:
+        """What the kubelet mounts into a pod: a token of its service account bound to the pod and node."""
+        meta, spec = pod["metadata"], pod["spec"]
         token = service_account_token(
-            self.settings.driver_namespace,
-            spec["serviceAccountName"],
-            pod=metadata["name"],
-            pod_uid=metadata["uid"],
+            meta["namespace"],
+            spec.get("serviceAccountName") or "default",
+            pod=meta["name"],
+            pod_uid=meta["uid"],
             node=spec["nodeName"],
         )
-        path = self.work_dir / "kubeconfigs" / metadata["name"]
+        path = self.work_dir / "kubeconfigs" / f"{meta['namespace']}_{meta['name']}"
         return self.cluster.apiserver.write_kubeconfig(path, token)
 
     def _controller_node(self) -> str:
@@ -288,7 +289,7 @@ class Rack:
             "controller",
             [
                 *controller_command(
-                    self.settings, self._kubeconfig_for(pod), self.controller_db, self.topology
+                    self.settings, self._pod_kubeconfig(pod), self.controller_db, self.topology
                 ),
                 *self._component_flags(local_port),
             ],
@@ -308,7 +309,7 @@ class Rack:
                         self.settings,
                         node,
                         self.cluster,
-                        self._kubeconfig_for(pod),
+                        self._pod_kubeconfig(pod),
                         self.cdi_root(node),
                         self.plugin_db(node),
                     ),

@@ -29,6 +29,7 @@ from cdctl.sim.rack.checks import (
     RESOURCE_GROUP,
     NodeState,
     WorkerState,
+    admission_problems,
     kubelet_problems,
     leftovers,
     list_pods,
@@ -304,7 +305,7 @@ async def run_scenario(
         runner.report.problems.append(str(failure))
     dead = rack.exited()
     runner.report.problems += [c.failure() for c in dead]
-    runner.report.problems += kubelet_problems(rack)
+    runner.report.problems += kubelet_problems(rack) + admission_problems(rack)
     runner.phase = "done" if runner.report.ok else "failed"
     runner.show()
     return runner.report

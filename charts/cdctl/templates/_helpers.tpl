@@ -92,6 +92,26 @@ HostManagedIMEX forces IMEXDaemonsWithDNSNames and ComputeDomainCliques off, as 
 {{- ternary "false" "true" (eq (include "cdctl.gate" (dict "root" . "gate" "HostManagedIMEX")) "true") -}}
 {{- end -}}
 
+{{/*
+"true" when ComputeDomains are isolated by IMEX channel on a shared IMEX domain (`imex.isolation: channel`,
+docs/admission.md). The chart has no such value yet (its schema refuses the key), so this is "false" until
+`imex.isolation` is added to values.yaml and values.schema.json: the claim admission policy's channel-isolation
+rules (files/admission-policies.yaml, constant channelIsolation) then follow it with no other change.
+*/}}
+{{- define "cdctl.channelIsolation" -}}
+{{- $imex := index .Values "imex" | default dict -}}
+{{- ternary "true" "false" (eq (index $imex "isolation" | default "domain" | toString) "channel") -}}
+{{- end -}}
+
+{{/*
+Who creates ResourceClaims for pods from their ResourceClaimTemplates: kube-controller-manager's
+resource-claim controller, as its own service account (--use-service-account-credentials, the kubeadm
+default) or as the controller manager itself. Comma-separated.
+*/}}
+{{- define "cdctl.claimControllerUsers" -}}
+system:serviceaccount:kube-system:resource-claim-controller,system:kube-controller-manager
+{{- end -}}
+
 {{/* FEATURE_GATES: the gates set in values, sorted, "Name=value" joined by commas (empty: all defaults). */}}
 {{- define "cdctl.featureGates" -}}
 {{- $pairs := list -}}

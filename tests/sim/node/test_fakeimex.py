@@ -167,7 +167,7 @@ async def test_a_name_takes_the_first_line_that_maps_it_and_comments_map_nothing
     config = _write_config(tmp_path / "a", "10.0.0.1", names)
     assert await _start_and_list(imex_env, config, daemons) == [
         "compute-domain-daemon-0000\tUP",
-        "self-alias\tUP",
+        "self-alias\tMISMATCH",  # this IMEX is node 0: a second entry naming it is not it
         "compute-domain-daemon-0001\tDOWN",
         "compute-domain-daemon-0002\tUNRESOLVED",
         "@\tUNRESOLVED",
@@ -187,6 +187,63 @@ async def test_sigusr1_rereads_the_node_list(
     async with asyncio.timeout(30):
         assert b"re-read" in await process.stderr.readline()
     assert await _query(imex_env, config, "-q") == (0, "NOT_READY\n")
+
+
+async def test_the_node_id_is_fixed_at_start_and_a_signal_does_not_move_it(
+    tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
+) -> None:
+    """What IMEX does with a slot that moves: the Go driver's issue 1418."""
+    hosts = Path(imex_env["CDCTL_FAKE_IMEX_HOSTS"])
+    names = [f"compute-domain-daemon-{i:04d}" for i in range(3)]
+    _write_text(hosts, f"10.0.0.1\t{names[0]}\n10.0.0.2\t{names[1]}\n192.0.2.1\t{names[2]}\n")
+    first = _write_config(tmp_path / "a", "10.0.0.1", names)
+    second = _write_config(tmp_path / "b", "10.0.0.2", names)
+    await _start(imex_env, first, daemons)
+    moving = await _start(imex_env, second, daemons)
+    assert await _query(imex_env, second, "-q") == (0, "READY\n")
+    # the second daemon's slot moves from 1 to 2; it is told with a signal only
+    _write_text(hosts, f"10.0.0.1\t{names[0]}\n192.0.2.1\t{names[1]}\n10.0.0.2\t{names[2]}\n")
+    moving.send_signal(signal.SIGUSR1)
+    assert moving.stderr is not None
+    async with asyncio.timeout(30):
+        assert b"re-read" in await moving.stderr.readline()
+    assert await _query(imex_env, second, "-N") == (
+        0, f"{names[0]}\tUP\n{names[1]}\tMISMATCH\n{names[2]}\tMISMATCH\n"
+    )  # fmt: skip
+    assert await _query(imex_env, second, "-q") == (0, "NOT_READY\n"), "it still answers as node 1"
+    assert await _query(imex_env, first, "-q") == (0, "NOT_READY\n"), "its peer sees node 1 at node 2's name"
+    moving.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(30):
+        await moving.wait()
+    await _start(imex_env, second, daemons)  # restarted: it takes node id 2
+    assert await _query(imex_env, second, "-q") == (0, "READY\n")
+    assert await _query(imex_env, first, "-q") == (0, "READY\n")
+    registry = fakeimex.Registry(imex_env["CDCTL_FAKE_IMEX_DIR"])
+    assert [(s["address"], s["node_id"]) for s in registry.starts()] == [
+        ("10.0.0.1", 0), ("10.0.0.2", 1), ("10.0.0.2", 2)
+    ]  # fmt: skip
+    assert registry.start_counts(by="address") == {"10.0.0.1": 1, "10.0.0.2": 2}
+
+
+async def test_an_imex_not_in_its_own_node_list_is_never_ready(
+    tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
+) -> None:
+    config = _write_config(tmp_path / "a", "10.0.0.1", ["10.0.0.7"])
+    await _start(imex_env, _write_config(tmp_path / "b", "10.0.0.7", ["10.0.0.7"]), daemons)
+    await _start(imex_env, config, daemons)
+    assert await _query(imex_env, config, "-N") == (0, "10.0.0.7\tUP\n")
+    assert await _query(imex_env, config, "-q") == (0, "NOT_READY\n"), "it has no node id"
+
+
+async def test_the_start_log_names_each_start_s_node(
+    tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
+) -> None:
+    config = _write_config(tmp_path / "a", "10.0.0.1", ["10.0.0.1"])
+    await _start({**imex_env, "NODE_NAME": "node-7"}, config, daemons)
+    registry = fakeimex.Registry(imex_env["CDCTL_FAKE_IMEX_DIR"])
+    (start,) = registry.starts()
+    assert (start["node"], start["pid"], start["node_id"]) == ("node-7", daemons[0].pid, 0)
+    assert registry.start_counts() == {"node-7": 1}
 
 
 async def test_an_unreadable_config_or_a_bad_argument_is_an_error(

@@ -210,3 +210,46 @@ async def test_readiness_is_probed_only_once_the_startup_probe_passed(tmp_path: 
         assert readiness_runs.read_text() == "run\n", "readiness probed at once when startup passed"
     finally:
         await runtime.stop(pod)
+
+
+@pytest.mark.parametrize("automount", [None, True, False])
+async def test_a_container_gets_its_pods_bound_token_unless_it_opts_out(
+    tmp_path: Path, automount: bool | None
+) -> None:
+    """As the kubelet projects a pod's service-account token, the runtime hands the container a kubeconfig
+    bound to that pod (KUBECONFIG); `automountServiceAccountToken: false` leaves the runtime's own."""
+    dump = tmp_path / "env"
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+        "spec": {
+            "nodeName": NODE,
+            "serviceAccountName": "sa",
+            "securityContext": {"runAsUser": 0},
+            "restartPolicy": "Never",
+            "containers": [
+                {"command": ["/bin/sh", "-c", f'printf %s "$KUBECONFIG" > {dump}']},
+            ],
+        },
+    }
+    if automount is not None:
+        pod["spec"]["automountServiceAccountToken"] = automount
+    asked: list[str] = []
+
+    def kubeconfig(p: dict[str, Any]) -> Path:
+        asked.append(f"{p['metadata']['namespace']}/{p['metadata']['name']}")
+        return tmp_path / "bound-kubeconfig"
+
+    runtime = ProcessRuntime(
+        selects=lambda _: True,
+        cdi_dirs=lambda _: [],
+        log_dir=tmp_path / "logs",
+        base_env={"PATH": "/usr/bin:/bin", "KUBECONFIG": "/runtime/own"},
+        service_account_kubeconfig=kubeconfig,
+    )
+    await runtime.start(pod, [])
+    async with asyncio.timeout(10):
+        await runtime.running["u1"].process.wait()
+    await runtime.stop(pod)
+    bound = automount is not False
+    assert dump.read_text() == (str(tmp_path / "bound-kubeconfig") if bound else "/runtime/own")
+    assert asked == (["ns/p"] if bound else [])
