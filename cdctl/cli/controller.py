@@ -30,13 +30,14 @@ from cdctl.cli.retention import policy, retention_options
 from cdctl.controller.app import run_controller
 from cdctl.controller.leader import LeadershipLost, check_durations
 from cdctl.controller.settings import ControllerSettings, LeaderElectionSettings
-from cdctl.domain.errors import CdctlError
+from cdctl.domain.errors import CdctlError, InvalidInput
 from cdctl.domain.racks import (
     DEFAULT_NAME_PATTERN,
     DEFAULT_RACK_LABEL,
     validate_name_pattern,
     validate_rack_label,
 )
+from cdctl.k8s.tokens import parse_service_account
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -126,6 +127,13 @@ async def serve(settings: ControllerSettings) -> None:
     help="[host]:port serving metrics, /healthz and /readyz; off when empty.",
 )
 @option("--metrics-path", envvar="METRICS_PATH", default="/metrics", show_default=True)
+@option(
+    "--event-log-reader",
+    envvar="EVENT_LOG_READER",
+    default="",
+    help="NAMESPACE/NAME of the service account whose tokens may read the event log on the HTTP endpoint"
+    " (cdctl collect; the chart's <fullname>-collector); not served when empty.",
+)
 @option(
     "--pprof-path",
     envvar="PPROF_PATH",
@@ -285,6 +293,16 @@ def controller(**options: object) -> None:
         sys.exit(1)
 
 
+def validate_reader(value: str) -> str:
+    """--event-log-reader: empty, or NAMESPACE/NAME of a service account."""
+    if value:
+        try:
+            parse_service_account(value)
+        except ValueError as exc:
+            raise InvalidInput("command line", "--event-log-reader", str(exc)) from None
+    return value
+
+
 def build_settings(options: dict[str, object]) -> ControllerSettings:
     """The settings for parsed options (feature gates validated here: a bad gate stops the command)."""
     gates = parse_feature_gates(str(options["feature_gates"] or ""))
@@ -312,6 +330,7 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         http_endpoint=str(options["http_endpoint"] or ""),
         metrics_path=str(options["metrics_path"]),
         pprof_path=str(options["pprof_path"] or ""),
+        event_log_reader=validate_reader(str(options.get("event_log_reader") or "")),
         kubeconfig=str(options["kubeconfig"]) if options["kubeconfig"] else None,
         kube_api_qps=float(str(options["kube_api_qps"])),
         kube_api_burst=int(str(options["kube_api_burst"])),

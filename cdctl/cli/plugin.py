@@ -23,6 +23,7 @@ from cdctl.cli.errors import fail, guarded
 from cdctl.cli.logs import configure_logging
 from cdctl.cli.retention import policy, retention_options
 from cdctl.domain.errors import CdctlError
+from cdctl.k8s.tokens import parse_service_account
 from cdctl.plugin.app import PluginConfig, PluginProcess
 from cdctl.plugin.nvml import fake_from_spec
 
@@ -50,6 +51,15 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
         try:
             fake_from_spec(value)
         except CdctlError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
+
+
+def _service_account(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if value:
+        try:
+            parse_service_account(value)
+        except ValueError as exc:
             raise click.BadParameter(str(exc)) from exc
     return value
 
@@ -85,6 +95,15 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     help="host:port for Prometheus metrics and /healthz (e.g. :8081); off when empty.",
 )
 @click.option("--metrics-path", envvar="METRICS_PATH", default="/metrics", show_default=True)
+@click.option("--pod-name", envvar="POD_NAME", default="", help="This plugin's pod (the chart sets it).")
+@click.option(
+    "--event-log-reader",
+    envvar="EVENT_LOG_READER",
+    default="",
+    callback=_service_account,
+    help="NAMESPACE/NAME of the service account whose tokens may read the event logs on the HTTP endpoint"
+    " (cdctl collect; the chart's <fullname>-collector); not served when empty.",
+)
 @click.option(
     "--nvidia-driver-root",
     "--host_driver-root",
@@ -201,6 +220,8 @@ def kubelet_plugin(
     cdi_root: Path,
     http_endpoint: str,
     metrics_path: str,
+    pod_name: str,
+    event_log_reader: str,
     nvidia_driver_root: Path,
     container_driver_root: Path,
     kubelet_registrar_directory_path: Path,
@@ -251,6 +272,8 @@ def kubelet_plugin(
         fabric_reprobe_s=fabric_reprobe_interval,
         http_endpoint=http_endpoint,
         metrics_path=metrics_path,
+        pod_name=pod_name,
+        event_log_reader=event_log_reader,
     )
     try:
         _run(_serve(cfg))

@@ -27,10 +27,13 @@ from cdctl.domain.events import Actor
 from cdctl.k8s.client import api_client
 from cdctl.k8s.discovery import discover_resource_version
 from cdctl.k8s.rest import KubeApi
+from cdctl.k8s.tokens import TokenReviewer
 from cdctl.projections.lifecycle import DomainHistory
 from cdctl.projections.retention import Retention
 from cdctl.store.base import EventStore
+from cdctl.store.export import LogRef
 from cdctl.store.integrity import read_key_file
+from cdctl.store.logserver import LogServer
 from cdctl.store.metrics import EventLogHeadCollector
 from cdctl.store.sqlite import SqliteEventStore
 
@@ -41,6 +44,19 @@ def settings_for_log(settings: ControllerSettings) -> dict[str, object]:
     shown = dataclasses.asdict(settings)
     shown["feature_gates"] = dict(settings.feature_gates.values)
     return shown
+
+
+def log_server(settings: ControllerSettings, api: KubeApi, store: EventStore | None) -> LogServer | None:
+    """The read-only event-log routes (`cdctl collect`): with a reader, a pod name and a log file."""
+    if not settings.event_log_reader or not isinstance(store, SqliteEventStore):
+        return None
+    if not settings.pod_name:
+        log.warning("not serving the event log: the controller's pod name is unknown (--pod-name)")
+        return None
+    reviewer = TokenReviewer(api, settings.namespace, settings.pod_name, settings.event_log_reader)
+    ref = LogRef("controller", "controller", store.path)
+    identity = {"component": "controller", "node": "", "pod": settings.pod_name}
+    return LogServer(identity, lambda: [ref], reviewer)
 
 
 async def run_controller(
@@ -97,6 +113,7 @@ async def run_controller(
                 manager.metrics.registry,
                 ready,
                 settings.pprof_path,
+                log_server(settings, api, store),
             )
             if settings.http_endpoint
             else None

@@ -37,6 +37,9 @@ class ControllerSettings:
     http_endpoint: str = ""
     metrics_path: str = "/metrics"
     pprof_path: str = ""
+    # NAMESPACE/NAME of the service account whose tokens may read the event log over the HTTP endpoint
+    # (`cdctl collect`); empty: the log is not served.
+    event_log_reader: str = ""
     kubeconfig: str | None = None
     kube_api_qps: float = 5.0
     kube_api_burst: int = 10

@@ -41,10 +41,12 @@ from cdctl.k8s.errors import KubeApiError
 from cdctl.k8s.informer import Informer
 from cdctl.k8s.resourceslices import PublishedDevice, SlicePublisher, resource_slices
 from cdctl.k8s.rest import KubeApi
+from cdctl.k8s.tokens import TokenReviewer
 from cdctl.plugin import cdi, imexhistory, nvml
 from cdctl.plugin.checkpoint import BOOT_ID_PATH, ClaimBook, ClaimBookProjection, read_boot_id
 from cdctl.plugin.devices import DRIVER_NAME
 from cdctl.plugin.driver import Driver
+from cdctl.plugin.eventlogs import COMPONENT, served_logs
 from cdctl.plugin.health import HealthBoard
 from cdctl.plugin.metrics import MetricsEndpoint, PluginMetrics
 from cdctl.plugin.nodecheck import NodeCheck
@@ -56,6 +58,7 @@ from cdctl.projections.retention import FIRST_DELAY_S, INTERVAL_S, Retention
 from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore
 from cdctl.store.integrity import read_key_file
+from cdctl.store.logserver import LogServer
 from cdctl.store.metrics import EventLogHeadCollector
 
 log = structlog.get_logger("cdctl.plugin.app")
@@ -101,6 +104,10 @@ class PluginConfig:
     projection_batch_s: float = 0.2
     http_endpoint: str = ""
     metrics_path: str = "/metrics"
+    pod_name: str = ""  # this plugin's pod: the audience of the tokens its event-log endpoint accepts
+    # NAMESPACE/NAME of the service account whose tokens may read the event logs over the HTTP endpoint
+    # (`cdctl collect`); empty: the logs are not served.
+    event_log_reader: str = ""
 
     @property
     def plugin_dir(self) -> Path:
@@ -321,7 +328,7 @@ class PluginProcess:
         )
         self.metrics.observe_records(book.records())
         if cfg.http_endpoint:
-            self.http = MetricsEndpoint(cfg.http_endpoint, cfg.metrics_path, self.metrics)
+            self.http = MetricsEndpoint(cfg.http_endpoint, cfg.metrics_path, self.metrics, self._log_server())
             await self.http.start()
         self.servers = PluginServers(
             ServerPaths(cfg.registrar_dir, cfg.plugin_dir),
@@ -344,6 +351,19 @@ class PluginProcess:
         )  # fmt: skip
         self._tasks.append(asyncio.create_task(self.retention.run(), name="retention"))
         self._tasks.append(asyncio.create_task(self._fabric_loop(lib, strict), name="fabric-loop"))
+
+    def _log_server(self) -> LogServer | None:
+        """The read-only event-log routes (`cdctl collect`), when a reader is configured."""
+        cfg = self.cfg
+        if not cfg.event_log_reader:
+            return None
+        if not cfg.pod_name:
+            log.warning("not serving the event logs: the plugin's pod name is unknown (--pod-name, POD_NAME)")
+            return None
+        assert self.api is not None
+        reviewer = TokenReviewer(self.api, cfg.namespace, cfg.pod_name, cfg.event_log_reader)
+        identity = {"component": COMPONENT, "node": cfg.node_name, "pod": cfg.pod_name}
+        return LogServer(identity, lambda: served_logs(cfg.plugin_dir, cfg.db_path), reviewer)
 
     async def _publish_loop(self, publisher: SlicePublisher) -> None:
         while True:

@@ -6,7 +6,7 @@ outside the file) and rebuilds every projection up to its tracked position, and 
 stores (`cdctl verify`). Both read through the store's readers, so they work on a file a live component is
 writing. On a compacted log both start from the snapshots kept at the horizon: the chain from its anchor,
 the views from the horizon views (and the table rows they hold); a point before the horizon is refused
-(`CompactedAway`, exit 4). A table row the rebuild meets only through partial changes after the horizon
+(`CompactedAway`, exit 5). A table row the rebuild meets only through partial changes after the horizon
 (its history row went with the compaction) is compared on the columns those changes set.
 """
 

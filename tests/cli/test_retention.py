@@ -1,5 +1,5 @@
 """Retention at the command line: every component's flags and environment twins, the daemons' policy handed
-on by the controller, and the history commands over a compacted log (`replay` refuses what is gone, exit 4).
+on by the controller, and the history commands over a compacted log (`replay` refuses what is gone, exit 5).
 """
 
 from __future__ import annotations
@@ -114,14 +114,14 @@ def invoke(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_replay_before_the_horizon_exits_4_naming_it(compacted: tuple[Path, int, str]) -> None:
+def test_replay_before_the_horizon_exits_5_naming_it(compacted: tuple[Path, int, str]) -> None:
     path, horizon, recorded_at = compacted
     code, _, err = invoke("replay", "--db", str(path), "--position", str(horizon - 1))
-    assert code == 4 and err.count("\n") == 1
+    assert code == 5 and err.count("\n") == 1
     assert f"position {horizon - 1} is before the log's horizon" in err and f"--position {horizon}" in err
     assert f"--at {recorded_at}" in err
     code, _, err = invoke("replay", "--db", str(path), "--at", "2000-01-01T00:00:00Z")
-    assert code == 4 and "is before the log's horizon" in err and recorded_at in err
+    assert code == 5 and "is before the log's horizon" in err and recorded_at in err
     code, out, _ = invoke("replay", "--db", str(path), "--position", str(horizon))
     assert code == 0 and f"state after position {horizon} (0 events folded)" in out
 

@@ -129,7 +129,7 @@ async def test_replay_before_the_horizon_is_refused_naming_it(tmp_path: Path) ->
         assert found is not None
         with pytest.raises(CompactedAway) as caught:
             await replay(store, lifecycle_projections(), position=horizon - 1)
-        assert caught.value.exit_code == 4
+        assert caught.value.exit_code == 5
         assert f"removed positions 1..{horizon}" in caught.value.message
         assert f"--position {horizon} or --at {found.recorded_at}" in caught.value.message
         before = datetime.fromisoformat(found.recorded_at) - timedelta(microseconds=1)

@@ -11,6 +11,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from cdctl.domain import hashchain
@@ -22,6 +23,9 @@ from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import VerifyReport, verify_chain
 from cdctl.store import SqliteEventStore
 from cdctl.store import compaction as mechanics
+from cdctl.store.collected import CollectedFile, check_source
+from cdctl.store.export import ExportRequest, LogRef, export_lines
+from tests.collect.harness import store_locally
 from tests.store.compacting import claims, compact_through, plugin_log
 from tests.store.tampering import KEY, edit_data, recompute_chain
 
@@ -362,3 +366,19 @@ async def test_a_caller_cancelled_while_its_job_runs_does_not_stop_the_writer(tm
         write.cancel()
         [event] = await store.append("s/1", [NewEvent("Thing", {})])
         assert event.position == 1
+
+
+async def test_a_collected_copy_of_a_compacted_log_is_chained_to_its_anchor(tmp_path: Path) -> None:
+    """`cdctl collect` serves a compacted log from its horizon: the run's anchor is the recorded one."""
+    path = tmp_path / "e.db"
+    horizon = await compacted_log(path)
+    ref = LogRef("plugin", "kubelet-plugin", path)
+    lines = [
+        orjson.loads(raw) async for chunk in export_lines(ref, ExportRequest()) for raw in chunk.splitlines()
+    ]
+    [anchor] = [line for line in lines if line["kind"] == "anchor"]
+    assert (anchor["position"], anchor["hash"]) == (horizon.position, horizon.anchor_hash)
+    with CollectedFile.open(tmp_path / "c.db", create=True) as file:
+        source = await store_locally(file, ref, node="n0")
+        check = check_source(file, source, [])
+    assert check.ok and check.events == len([line for line in lines if line["kind"] == "event"])
