@@ -4,12 +4,12 @@ Registered on the root group by cdctl.cli.main through `register(root)`. The fla
 (reference section 7), each with its environment twin (POD_NAME, NAMESPACE, IMAGE_NAME,
 CD_DAEMON_IMAGE_PULL_SECRET_NAMES, LOG_VERBOSITY_CD_DAEMON, MAX_NODES_PER_IMEX_DOMAIN, HTTP_ENDPOINT,
 METRICS_PATH, PPROF_PATH, ADDITIONAL_NAMESPACES, LEADER_ELECTION_*, KUBECONFIG, KUBE_API_QPS, KUBE_API_BURST,
-FEATURE_GATES), plus cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE, RESOURCE_API_VERSION, LOG_FORMAT,
-LOG_VERBOSITY, RACK_DOMAINS, RACK_LABEL, RACK_DOMAIN_NAMESPACE, RACK_DOMAIN_NAME). Durations take
-Go's forms ("15s", "1m30s", "500ms"); with leader election, the lease duration must exceed the renew
-deadline, which must exceed 1.2 x the retry period (client-go's rule). SIGTERM/SIGINT stop cleanly (exit 0,
-the lease released); losing the lease exits 1; a typed error ends the command with a one-line reason and its
-exit code.
+FEATURE_GATES), plus cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE, CDCTL_RETENTION_AGE, CDCTL_RETENTION_SIZE,
+RESOURCE_API_VERSION, LOG_FORMAT, LOG_VERBOSITY, RACK_DOMAINS, RACK_LABEL, RACK_DOMAIN_NAMESPACE,
+RACK_DOMAIN_NAME). Durations take Go's forms ("15s", "1m30s", "500ms"); with leader election, the lease
+duration must exceed the renew deadline, which must exceed 1.2 x the retry period (client-go's rule).
+SIGTERM/SIGINT stop cleanly (exit 0, the lease released); losing the lease exits 1; a typed error ends the
+command with a one-line reason and its exit code.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from click.decorators import FC
 
 from cdctl.api.gates import parse_feature_gates
 from cdctl.cli.logs import configure_logging
+from cdctl.cli.retention import policy, retention_options
 from cdctl.controller.app import run_controller
 from cdctl.controller.leader import LeadershipLost, check_durations
 from cdctl.controller.settings import ControllerSettings, LeaderElectionSettings
@@ -208,6 +209,7 @@ async def serve(settings: ControllerSettings) -> None:
     default="",
     help="Key of the event log's chain (HMAC-SHA256; the chart's Secret); when empty, the chain is unkeyed.",
 )
+@retention_options
 @option(
     "--resource-api-version",
     envvar="RESOURCE_API_VERSION",
@@ -337,6 +339,7 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         else None,
         db_path=str(options["db"] or ""),
         log_key_file=str(options["log_key_file"] or ""),
+        retention=policy(str(options["retention_age"]), str(options["retention_size"])),
         workers=int(str(options["workers"])),
         cleanup_interval_s=float(str(options["cleanup_interval"])),
         batch_window_s=float(str(options["batch_window"])),

@@ -229,7 +229,8 @@ def replay_command(db: Path, at: str | None, position: int | None, source: str |
     """Print the state the projections had at a point in the log (default: now).
 
     A collected file: every source's read models as of `--at`, with a `source` column (`--position` is per
-    source: name one with `--source`).
+    source: name one with `--source`). On a compacted log, a point before its horizon exits 5, naming the
+    horizon (position and time).
     """
     if at is not None and position is not None:
         fail("--at and --position are exclusive: give one", 2)
@@ -330,9 +331,18 @@ def verify(db: Path, key_files: tuple[Path, ...], expect_heads: tuple[str, ...])
         fail(f"{db}: verification failed; first bad position {report.first_bad_position}", 1)
     chain = "keyed hash chain (HMAC-SHA256)" if key is not None else "hash chain"
     matched = f", {len(heads)} published head{'s' if len(heads) != 1 else ''} held" if heads else ""
+    for note in report.notes:
+        click.echo(f"cdctl: verify: {note}", err=True)
+    horizon = report.horizon
+    compacted = (
+        f"; compacted up to position {horizon.position} (recorded up to {horizon.recorded_at}), the chain"
+        f" checked from its anchor{' (compaction still in progress)' if horizon.pending else ''}"
+        if horizon is not None
+        else ""
+    )
     click.echo(
         f"ok: {report.events} events, {chain} intact{matched},"
-        f" {len(lifecycle_projections())} projections match"
+        f" {len(lifecycle_projections())} projections match{compacted}"
     )
 
 

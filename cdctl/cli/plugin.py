@@ -3,9 +3,9 @@
 Registered on the root group by cdctl.cli.main through `register(root)`. Every flag has an environment twin;
 the Go driver's names are kept (NODE_NAME, CDI_ROOT, NVIDIA_DRIVER_ROOT/HOST_DRIVER_ROOT,
 DRIVER_ROOT_CTR_PATH, KUBELET_REGISTRAR_DIRECTORY_PATH, KUBELET_PLUGINS_DIRECTORY_PATH, HEALTHCHECK_PORT,
-FEATURE_GATES, ...), with cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE). A typed error ends the command with a
-one-line reason and its exit code (cdctl.cli.errors.guarded), any other error with one line and exit 1;
-SIGTERM/SIGINT stop it cleanly (0).
+FEATURE_GATES, ...), with cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE, CDCTL_RETENTION_AGE,
+CDCTL_RETENTION_SIZE). A typed error ends the command with a one-line reason and its exit code
+(cdctl.cli.errors.guarded), any other error with one line and exit 1; SIGTERM/SIGINT stop it cleanly (0).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import click
 from cdctl.api.gates import parse_feature_gates
 from cdctl.cli.errors import fail, guarded
 from cdctl.cli.logs import configure_logging
+from cdctl.cli.retention import policy, retention_options
 from cdctl.domain.errors import CdctlError
 from cdctl.k8s.tokens import parse_service_account
 from cdctl.plugin.app import PluginConfig, PluginProcess
@@ -158,6 +159,7 @@ def _service_account(_ctx: click.Context, _param: click.Parameter, value: str) -
     type=click.Path(path_type=Path),
     help="Key of the event log's chain (HMAC-SHA256; the chart's Secret); unkeyed when absent.",
 )
+@retention_options
 @click.option(
     "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent."
 )
@@ -227,6 +229,8 @@ def kubelet_plugin(
     healthcheck_port: int,
     db: Path | None,
     log_key_file: Path | None,
+    retention_age: str,
+    retention_size: str,
     kubeconfig: str | None,
     kube_api_qps: float,
     kube_api_burst: int,
@@ -253,6 +257,7 @@ def kubelet_plugin(
         healthcheck_port=healthcheck_port,
         db=db,
         log_key_file=log_key_file,
+        retention=policy(retention_age, retention_size),
         kubeconfig=kubeconfig,
         kube_api_qps=kube_api_qps,
         kube_api_burst=kube_api_burst,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cdctl.api.gates import FeatureGates, defaults
+from cdctl.domain.retention import RetentionPolicy
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class ControllerSettings:
     resource_api_version: str | None = None
     db_path: str = ""
     log_key_file: str = ""  # the event log's HMAC key (a file); empty: an unkeyed log
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)  # its log's, and the daemons'
+    retention_interval_s: float = 3600.0
     workers: int = 16
     cleanup_interval_s: float = 600.0
     watch_timeout_s: int = 300

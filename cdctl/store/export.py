@@ -10,8 +10,9 @@ The stream (format 1), one JSON object per line:
   its first available event and its head (`first`, `head`: position and hash) when the request began, and
   the request as understood (`after`, `since`, `domains`). The stream ends at that head.
 - `{"kind": "anchor", "position": P, "hash": H}` before every run of consecutive events: the hash of the
-  event before the run (64 zeros before position 1), from which the run's links are recomputed. `hash` is
-  null where the log no longer holds that event (a compaction horizon without a recorded digest).
+  event before the run (64 zeros before position 1), from which the run's links are recomputed. At a
+  compaction's horizon it is the anchor the compaction recorded (cdctl.store.compaction); `hash` is null
+  only where the log holds neither.
 - `{"kind": "event", ...}`: the full envelope: position, stream, version, type, schema_version, `data` and
   `metadata` as the stored JSON text (strings, so the chain can be recomputed byte for byte), recorded_at
   (the stored text) and hash.
@@ -39,7 +40,7 @@ import orjson
 
 from cdctl.domain import hashchain
 from cdctl.domain.errors import StoreError
-from cdctl.store import integrity, schema
+from cdctl.store import compaction, integrity, schema
 
 FORMAT = 1
 PAGE = 1000
@@ -156,10 +157,14 @@ class LogReader:
         return str(row[0]) if row else None
 
     def anchor(self, position: int) -> str | None:
-        """The hash a run after `position` is chained to: the log's own, else None. A log compacted past
-        `position` holds it only in its compaction record (the horizon's digest): read it here once the
-        store keeps one."""
-        return self.hash_at(position)
+        """The hash a run after `position` is chained to: the log's own, else, at the horizon of the log's
+        latest compaction, the anchor that compaction recorded (its event is gone); else None."""
+        found = self.hash_at(position)
+        if found is None:
+            horizon = compaction.read_horizon(self.db)
+            if horizon is not None and horizon.position == position:
+                return horizon.anchor_hash
+        return found
 
     def plan(self, request: ExportRequest, summary: Summary) -> _Plan:
         head = summary.head.position if summary.head else 0
