@@ -6,7 +6,8 @@ Faults on demand: `server.faults` (error shares, queued errors, delays), `drop_w
 which keeps the store and the port. `server.rbac.load(objects)` enforces Roles and bindings for clients that
 connect with a service-account token (`write_kubeconfig(path, token=...)`; cdctl.sim.apiserver.rbac), and
 `server.load_policies(objects)` stores ValidatingAdmissionPolicies and their bindings, which every write then
-passes (cdctl.sim.apiserver.policies).
+passes (cdctl.sim.apiserver.policies). `server.requests` counts the requests answered, by verb, resource and
+code (cdctl.sim.apiserver.requestcounts).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from aiohttp import web
 from cdctl.sim.apiserver.faults import FaultPlan
 from cdctl.sim.apiserver.handlers import build_app
 from cdctl.sim.apiserver.rbac import Rbac
+from cdctl.sim.apiserver.requestcounts import RequestCounts
 from cdctl.sim.apiserver.settings import ServerSettings
 from cdctl.sim.apiserver.store import ObjectStore
 
@@ -44,6 +46,7 @@ class ApiServer:
         self.faults = faults or FaultPlan()
         # Enforced for service-account tokens once roles are loaded (cdctl.sim.apiserver.rbac).
         self.rbac = Rbac()
+        self.requests = RequestCounts()  # summed across restart(), unlike a real server process
         self._runner: web.AppRunner | None = None
         self.restarts = 0
 
@@ -65,6 +68,7 @@ class ApiServer:
         if self.settings.port == 0:
             self.settings.port = _free_port(self.settings.host)
         app = build_app(self.store, self.settings, self.faults, self.rbac)
+        app.on_response_prepare.append(self.requests.on_response_prepare)
         runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.port, reuse_address=True)
