@@ -1,15 +1,27 @@
-"""Controller benchmark on the simulated cluster (not a test): two figures, printed and saved.
+"""Controller benchmark on the simulated cluster (not a test): figures printed and saved.
 
-1. Scale-out: from creating 1,000 ComputeDomains to every one having its workload ResourceClaimTemplate and
-   its daemon DaemonSet (target: under 20 s).
-2. Readiness: one domain with 144 daemon pods (8 cliques of 18) turning Ready one after another; from the last
-   pod turning Ready to the domain's status reading Ready with 144 nodes (target: within 2 s). Also counts the
-   clique and status writes made meanwhile (batching: far fewer than one per pod change).
+1. Lifecycle (`lifecycle_create`, `lifecycle_delete`): `cdctl controller` runs as its own process, as the rack
+   and a cluster run it (bench/process.py, json logs, event log file, client QPS 1000); N ComputeDomains
+   (default 1,000) are created at once, converged (finalizer, daemon template, DaemonSet, workload template
+   and status on the server), deleted at once, and gone (domains, templates and DaemonSets). Per phase: wall
+   time to converged or gone, the controller's own CPU seconds (from /proc, until it is idle again, so work
+   deferred past the phase's end, such as the history table, is counted), API requests per domain by verb
+   and resource (counted by the simulated API server), and at the end the peak RSS (VmHWM), events appended
+   per domain (read from its event log) and log lines per domain. The simulated DaemonSet controller runs
+   beside it (it writes each DaemonSet's status, as a cluster's does). `--profile PATH` runs the controller
+   under cProfile (slower: for where the time goes, not for the figures) and writes PATH and PATH.txt.
+2. Scale-out (in process): from creating N ComputeDomains to every one having its workload
+   ResourceClaimTemplate and its daemon DaemonSet (target: under 20 s).
+3. Readiness (in process): one domain with 144 daemon pods (8 cliques of 18) turning Ready one after
+   another; from the last pod turning Ready to the domain's status reading Ready with 144 nodes (target:
+   within 2 s). Also counts the clique and status writes made meanwhile (batching: far fewer than one per pod
+   change).
 
-The simulated API server runs in this process (one event loop, as the controller); the controller runs
+The simulated API server runs in this process; phases 2 and 3 run the controller in it too (one event loop),
 without a client-side rate limit (--kube-api-qps 0), with its event log in a SQLite file (as deployed) or in
 memory. Results go to bench/results/controller-<UTC time>.json.
-Run: `.venv/bin/python -m bench.controller [--domains N] [--event-log sqlite|memory]`.
+Run: `.venv/bin/python -m bench.controller [--domains N] [--phases lifecycle,scale-out,readiness]
+[--event-log sqlite|memory] [--profile PATH]`.
 """
 
 from __future__ import annotations
@@ -20,21 +32,27 @@ import contextlib
 import json
 import os
 import platform
+import pstats
+import sqlite3
 import tempfile
 import time
 from datetime import UTC, datetime
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from bench.process import ControllerProcess
 from cdctl.controller.app import run_controller
 from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings
-from cdctl.domain.computedomains import DomainActionSucceeded
+from cdctl.domain.computedomains import FINALIZER, DomainActionSucceeded
 from cdctl.domain.events import decode
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.sim.apiserver.settings import ServerSettings
+from cdctl.sim.controllers.controllerloop import ControllerLoop
+from cdctl.sim.controllers.daemonsets import DaemonSetController
 from cdctl.sim.rack.chart import cluster_bootstrap_objects
 from cdctl.store.base import EventStore
 from cdctl.store.memory import InMemoryEventStore
@@ -192,7 +210,189 @@ async def writes(log: EventStore, uid: str) -> dict[str, int]:
     return counts
 
 
-async def main(domains: int, event_log: str) -> dict[str, Any]:
+# ---- lifecycle: the controller as its own process ---------------------------------------------------------
+QUIET_S = 2.0  # the controller counts as idle once its CPU time grows by under 1 % over this long
+
+
+def lifecycle_converged(bench: Bench, domains: int) -> bool:
+    """On the server: every domain has the finalizer and a status, and its template and DaemonSet exist."""
+    store = bench.store
+    cd_type = bench.type_of("resource.nvidia.com", "computedomains")
+    cds, _ = store.list_objects(cd_type, USER_NAMESPACE, copies=False)
+    if len(cds) < domains:
+        return False
+    for cd in cds:
+        has_status = "status" in (cd.get("status") or {})
+        if not has_status or FINALIZER not in (cd["metadata"].get("finalizers") or []):
+            return False
+    templates = bench.type_of("resource.k8s.io", "resourceclaimtemplates")
+    workload, _ = store.list_objects(templates, USER_NAMESPACE, copies=False)
+    daemon, _ = store.list_objects(templates, DRIVER_NAMESPACE, copies=False)
+    daemon_sets, _ = store.list_objects(bench.type_of("apps", "daemonsets"), DRIVER_NAMESPACE, copies=False)
+    return len(workload) >= domains and len(daemon) >= domains and len(daemon_sets) >= domains
+
+
+def lifecycle_gone(bench: Bench) -> bool:
+    """On the server: no domain, template or DaemonSet is left."""
+    kinds = [
+        ("resource.nvidia.com", "computedomains"),
+        ("resource.k8s.io", "resourceclaimtemplates"),
+        ("apps", "daemonsets"),
+    ]
+    return all(not bench.store.list_objects(bench.type_of(*kind), None, copies=False)[0] for kind in kinds)
+
+
+async def until_quiet(controller: ControllerProcess, give_up_s: float = 600.0) -> float:
+    """Wait until the controller's CPU time stops growing (deferred work done); its CPU seconds then."""
+    deadline = time.monotonic() + give_up_s
+    before = controller.cpu_s()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(QUIET_S)
+        controller.check_alive()
+        now = controller.cpu_s()
+        if now - before < 0.01 * QUIET_S:
+            return now
+        before = now
+    raise TimeoutError("the controller never went idle")
+
+
+async def lifecycle_phase(
+    bench: Bench, controller: ControllerProcess, domains: int, act: Any, done: Any
+) -> dict[str, Any]:
+    """Run `act()`, wait for `done()`, then for the controller to go idle; the phase's figures."""
+    requests = bench.server.requests
+    requests.reset()
+    cpu_before = controller.cpu_s()
+    started = time.monotonic()
+    act()
+    acted = time.monotonic()
+
+    def finished() -> bool:
+        controller.check_alive()
+        return bool(done())
+
+    await until(finished, poll_s=0.2)
+    wall = time.monotonic() - started
+    cpu_at_done = controller.cpu_s()
+    cpu_quiet = await until_quiet(controller)
+    counts = requests.by_verb_and_resource()
+    return {
+        "requests_s": round(acted - started, 3),
+        "wall_s": round(wall, 3),
+        "controller_cpu_s_at_done": round(cpu_at_done - cpu_before, 3),
+        "controller_cpu_s": round(cpu_quiet - cpu_before, 3),
+        "controller_cpu_ms_per_domain": round((cpu_quiet - cpu_before) * 1000 / domains, 2),
+        "api_requests_per_domain": {key: round(n / domains, 3) for key, n in counts.items()},
+        "api_writes_per_domain": round(requests.writes() / domains, 3),
+        "api_requests_failed": requests.failed(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+async def lifecycle_create(bench: Bench, controller: ControllerProcess, domains: int) -> dict[str, Any]:
+    def create() -> None:
+        for index in range(domains):
+            bench.create_domain(f"cd-{index:04d}")
+
+    return await lifecycle_phase(
+        bench, controller, domains, create, lambda: lifecycle_converged(bench, domains)
+    )
+
+
+async def lifecycle_delete(bench: Bench, controller: ControllerProcess, domains: int) -> dict[str, Any]:
+    cds = bench.type_of("resource.nvidia.com", "computedomains")
+
+    def delete() -> None:
+        for index in range(domains):
+            bench.store.delete(cds, USER_NAMESPACE, f"cd-{index:04d}")
+
+    return await lifecycle_phase(bench, controller, domains, delete, lambda: lifecycle_gone(bench))
+
+
+def events_per_domain(db: Path, domains: int) -> dict[str, Any]:
+    """What the controller appended to its log for the domains' streams, per domain and by type."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = conn.execute(
+            "SELECT type, COUNT(*) FROM events WHERE stream LIKE 'domain/%' GROUP BY type ORDER BY type"
+        ).fetchall()
+        total = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        size = conn.execute("SELECT SUM(LENGTH(data) + LENGTH(metadata)) FROM events").fetchone()[0] or 0
+    by_type = {str(kind): round(n / domains, 2) for kind, n in rows}
+    return {
+        "per_domain": round(sum(n for _, n in rows) / domains, 2),
+        "by_type_per_domain": by_type,
+        "total_in_log": int(total),
+        "json_bytes_per_event": round(size / max(1, total)),
+    }
+
+
+def profile_summary(profile: Path, lines: int = 40) -> str:
+    """The top functions by cumulative and by own time, as text."""
+    out = []
+    for order in ("cumulative", "tottime"):
+        buffer = StringIO()
+        stats = pstats.Stats(str(profile), stream=buffer)
+        stats.strip_dirs().sort_stats(order).print_stats(lines)
+        out.append(buffer.getvalue())
+    return "\n".join(out)
+
+
+async def lifecycle(domains: int, profile: Path | None) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="cdctl-bench-"))
+    async with ApiServer(settings=ServerSettings(history_window=200_000)) as server:
+        bench = Bench(server)
+        bench.bootstrap()
+        # The DaemonSet controller writes each new DaemonSet's status, as a cluster's does (one more change
+        # the controller observes per domain).
+        daemon_sets = DaemonSetController(server.store)
+        daemon_set_loop = ControllerLoop("daemonsets", server.store, daemon_sets.kinds, daemon_sets.reconcile)
+        daemon_set_loop.start()
+        kubeconfig = server.write_kubeconfig(work / "kubeconfig")
+        (work / "none.pem").touch()  # plain http: do not parse the system CA bundle
+        db = work / "controller.db"
+        controller = await ControllerProcess.start(
+            kubeconfig,
+            db,
+            work / "controller.log",
+            namespace=DRIVER_NAMESPACE,
+            profile=profile,
+            env={"SSL_CERT_FILE": str(work / "none.pem"), "SSL_CERT_DIR": str(work)},
+        )
+        try:
+            await until_quiet(controller)
+            started = {"cpu_s": round(controller.cpu_s(), 3), "rss_mib": controller.rss_mib()}
+            lines_before = controller.log_lines()
+            create = await lifecycle_create(bench, controller, domains)
+            create["rss_mib_after"] = controller.rss_mib()
+            delete = await lifecycle_delete(bench, controller, domains)
+            delete["rss_mib_after"] = controller.rss_mib()
+            peak = controller.peak_rss_mib()
+            log_lines = controller.log_lines() - lines_before
+        finally:
+            await controller.stop()
+            await daemon_set_loop.stop()
+    result: dict[str, Any] = {
+        "domains": domains,
+        "started": started,
+        "create": create,
+        "delete": delete,
+        "controller_cpu_ms_per_lifecycle": round(
+            create["controller_cpu_ms_per_domain"] + delete["controller_cpu_ms_per_domain"], 2
+        ),
+        "peak_rss_mib": peak,
+        "events": events_per_domain(db, domains),
+        "log_lines_per_domain": round(log_lines / domains, 2),
+        "profiled": profile is not None,
+    }
+    if profile is not None:
+        summary = profile.with_suffix(profile.suffix + ".txt")
+        summary.write_text(profile_summary(profile))
+        result["profile"] = str(profile)
+    return result
+
+
+async def in_process(domains: int, event_log: str, phases: set[str]) -> dict[str, Any]:
+    """Phases 2 and 3: the controller in this process."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     async with ApiServer(settings=ServerSettings(history_window=200_000)) as server:
         bench = Bench(server)
@@ -220,8 +420,8 @@ async def main(domains: int, event_log: str) -> dict[str, Any]:
         manager = started[0]
         await manager.synced.wait()
         try:
-            first = await scale_out(bench, manager, domains)
-            second = await readiness(bench, manager, log)
+            first = await scale_out(bench, manager, domains) if "scale-out" in phases else None
+            second = await readiness(bench, manager, log) if "readiness" in phases else None
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -229,14 +429,6 @@ async def main(domains: int, event_log: str) -> dict[str, Any]:
             events_recorded = log.head()
             await log.close()
     return {
-        "benchmark": "controller",
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_1m_at_end": round(os.getloadavg()[0], 2),  # other work on the machine skews figures
-        },
         "settings": {
             "workers": 32,
             "kube_api_qps": 0,
@@ -249,12 +441,43 @@ async def main(domains: int, event_log: str) -> dict[str, Any]:
     }
 
 
+PHASES = ("lifecycle", "scale-out", "readiness")
+
+
+async def main(domains: int, event_log: str, phases: set[str], profile: Path | None) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "benchmark": "controller",
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_average_1m_at_start": round(
+                os.getloadavg()[0], 2
+            ),  # other work on the machine skews figures
+        },
+    }
+    if "lifecycle" in phases:
+        result["lifecycle"] = await lifecycle(domains, profile)
+    if phases & {"scale-out", "readiness"}:
+        result["in_process"] = await in_process(domains, event_log, phases)
+    result["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    return result
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", type=int, default=1000)
     parser.add_argument("--event-log", choices=["sqlite", "memory"], default="sqlite")
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)}")
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="run the lifecycle's controller under cProfile"
+    )
     args = parser.parse_args()
-    result = asyncio.run(main(args.domains, args.event_log))
+    chosen = {p.strip() for p in args.phases.split(",") if p.strip()}
+    if not chosen <= set(PHASES):
+        parser.error(f"unknown phases: {', '.join(sorted(chosen - set(PHASES)))}")
+    result = asyncio.run(main(args.domains, args.event_log, chosen, args.profile))
     print(json.dumps(result, indent=2))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"controller-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
