@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from cdctl.controller.actions import WRITES
 from cdctl.controller.clique import Cliques
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.daemonset import DaemonSets
@@ -26,7 +27,12 @@ from cdctl.controller.nodes import NodeLabels
 from cdctl.controller.resourceclaimtemplate import ClaimTemplateConflict, ClaimTemplates
 from cdctl.controller.status import Status
 from cdctl.controller.view import DomainState
-from cdctl.domain.computedomains import FINALIZER, TARGET_WORKLOAD, ComputeDomainTornDown
+from cdctl.domain.computedomains import (
+    FINALIZER,
+    TARGET_WORKLOAD,
+    ComputeDomainObserved,
+    ComputeDomainTornDown,
+)
 from cdctl.domain.errors import RetriableError
 from cdctl.k8s.resources import COMPUTE_DOMAINS
 
@@ -51,24 +57,36 @@ class ComputeDomainReconciler:
     async def reconcile(self, uid: str) -> None:
         state = self.ctx.view.domain(uid)
         cd_summary = state.cd
+        writes: list[str] = []
+        token = WRITES.set(writes)
         with structlog.contextvars.bound_contextvars(
             namespace=cd_summary.namespace if cd_summary else None,
             name=cd_summary.name if cd_summary else None,
             uid=uid,
         ):
-            if cd_summary is None:
-                if not state.empty:
-                    log.info("tearing down the objects of a ComputeDomain that no longer exists")
-                    await self.teardown(state, None)
-                return
-            cd = self.ctx.journal.cached(COMPUTE_DOMAINS, cd_summary.namespace, cd_summary.name)
-            if cd is None or cd.get("metadata", {}).get("uid") != uid:
-                raise RetriableError("ComputeDomain not in the object cache yet", delay=0.5)
-            if cd_summary.deleting:
-                if FINALIZER in cd_summary.finalizers:
-                    await self.teardown(state, cd)
-                return
-            await self.apply(state, cd)
+            try:
+                await self._reconcile(uid, state, cd_summary)
+            finally:
+                WRITES.reset(token)
+                if writes:
+                    log.info("ComputeDomain reconciled", writes=writes)
+
+    async def _reconcile(
+        self, uid: str, state: DomainState, cd_summary: ComputeDomainObserved | None
+    ) -> None:
+        if cd_summary is None:
+            if not state.empty:
+                log.info("tearing down the objects of a ComputeDomain that no longer exists")
+                await self.teardown(state, None)
+            return
+        cd = self.ctx.journal.cached(COMPUTE_DOMAINS, cd_summary.namespace, cd_summary.name)
+        if cd is None or cd.get("metadata", {}).get("uid") != uid:
+            raise RetriableError("ComputeDomain not in the object cache yet", delay=0.5)
+        if cd_summary.deleting:
+            if FINALIZER in cd_summary.finalizers:
+                await self.teardown(state, cd)
+            return
+        await self.apply(state, cd)
 
     async def apply(self, state: DomainState, cd: JsonObject) -> None:
         if FINALIZER not in (state.cd.finalizers if state.cd else []):

@@ -7,7 +7,9 @@ controller's projection (cdctl.controller.view, the pure fold of the cdctl.proje
 loop, so they fold in log order. With a log file, the shared ProjectionRunner keeps its `domain_history`
 table (for `cdctl sql` and `cdctl verify`) exactly once, in the background. The objects themselves are kept
 in an object cache for request bodies. A write's response is ingested the same way (`observe_written`), so
-the controller reads its own writes at once and the watch event that follows is a duplicate. Without a log
+the controller reads its own writes at once and the watch event that follows is a duplicate; a write that
+removed the last finalizer of an object being deleted is ingested as its deletion (the API server deletes it
+in that same write), so the watch's MODIFIED and DELETED that follow are both duplicates. Without a log
 file the events go to an in-memory store (tests and demos: it only grows). With a log file the projection
 is snapshotted every `SNAPSHOT_EVERY` events, and `replay` starts from the latest snapshot.
 Used by cdctl.controller.manager (observations) and cdctl.controller.actions (actions).
@@ -214,6 +216,8 @@ class Journal:
                 continue
             key = (observation.resource.plural, observation.namespace or "", observation.name)
             if observation.change == Change.DELETED:
+                if observation.uid in self._tombstones:
+                    continue  # its deletion is recorded already (a write's answer said so before the watch)
                 current = self._objects.get(key)
                 if current is not None and current.get("metadata", {}).get("uid") == observation.uid:
                     del self._objects[key]
