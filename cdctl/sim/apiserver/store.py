@@ -53,6 +53,9 @@ class ObjectStore:
         self._objects: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
         self._uids: dict[str, tuple[tuple[str, str], str, str]] = {}
         self._pods_by_node: dict[str, set[tuple[str, str]]] = {}  # spec.nodeName -> (namespace, name)
+        # owner uid -> (storage key, namespace, name) of the objects whose ownerReferences name it: what the
+        # garbage collector's graph answers, so a deletion does not pass over every object of the cluster
+        self._dependents_of: dict[str, set[tuple[tuple[str, str], str, str]]] = {}
         self._revision = 0
         self._rng = random.Random(seed)
         self.policies = AdmissionPolicies()
@@ -124,6 +127,28 @@ class ObjectStore:
         if after:
             self._pods_by_node.setdefault(after, set()).add(key)
 
+    def _index_owners(
+        self,
+        storage_key: tuple[str, str],
+        key: tuple[str, str],
+        obj: dict[str, Any] | None,
+        previous: dict[str, Any] | None,
+    ) -> None:
+        def owners(item: dict[str, Any] | None) -> set[str]:
+            refs = (item or {}).get("metadata", {}).get("ownerReferences") or []
+            return {str(ref.get("uid")) for ref in refs if ref.get("uid")}
+
+        entry = (storage_key, key[0], key[1])
+        before, after = owners(previous), owners(obj)
+        for uid in before - after:
+            dependents = self._dependents_of.get(uid)
+            if dependents is not None:
+                dependents.discard(entry)
+                if not dependents:
+                    del self._dependents_of[uid]
+        for uid in after - before:
+            self._dependents_of.setdefault(uid, set()).add(entry)
+
     def exists_name(self, resource_type: ResourceType, namespace: str, name: str) -> bool:
         return (namespace if resource_type.namespaced else "", name) in self._bucket(resource_type)
 
@@ -162,6 +187,7 @@ class ObjectStore:
             self._uids[obj["metadata"]["uid"]] = (resource_type.storage_key, namespace, key[1])
         if resource_type.storage_key == PODS_KEY:
             self._index_pod(key, None if event_type == "DELETED" else obj, previous or obj)
+        self._index_owners(resource_type.storage_key, key, None if event_type == "DELETED" else obj, previous)
         if resource_type.storage_key in (POLICY_KEY, BINDING_KEY):
             self.policies.observe(resource_type.storage_key, obj, deleted=event_type == "DELETED")
         self.hub.publish(
@@ -459,11 +485,11 @@ class ObjectStore:
 
     def _dependents(self, owner_uid: str) -> list[tuple[ResourceType, dict[str, Any]]]:
         found = []
-        for storage_key, bucket in self._objects.items():
-            for obj in bucket.values():
-                refs = obj["metadata"].get("ownerReferences") or []
-                if any(ref.get("uid") == owner_uid for ref in refs):
-                    found.append((self.type_of(*storage_key), obj))
+        for storage_key, namespace, name in sorted(self._dependents_of.get(owner_uid, ())):
+            obj = self._objects.get(storage_key, {}).get((namespace, name))
+            refs = (obj or {}).get("metadata", {}).get("ownerReferences") or []
+            if obj is not None and any(ref.get("uid") == owner_uid for ref in refs):
+                found.append((self.type_of(*storage_key), obj))
         return found
 
     def _collect_dependents(self, owner_uid: str) -> None:
