@@ -8,8 +8,10 @@
    deferred past the phase's end, such as the history table, is counted), API requests per domain by verb
    and resource (counted by the simulated API server), and at the end the peak RSS (VmHWM), events appended
    per domain (read from its event log) and log lines per domain. The simulated DaemonSet controller runs
-   beside it (it writes each DaemonSet's status, as a cluster's does). `--profile PATH` runs the controller
-   under cProfile (slower: for where the time goes, not for the figures) and writes PATH and PATH.txt.
+   beside it (it writes each DaemonSet's status, as a cluster's does). Where the time goes: `--sample PATH`
+   records the controller with py-spy, if installed (a sampling profile; writes PATH and PATH.txt), and
+   `--profile PATH` runs it under cProfile (several times slower; writes PATH and PATH.txt): both for the
+   shares, not for the figures.
 2. Scale-out (in process): from creating N ComputeDomains to every one having its workload
    ResourceClaimTemplate and its daemon DaemonSet (target: under 20 s).
 3. Readiness (in process): one domain with 144 daemon pods (8 cliques of 18) turning Ready one after
@@ -21,7 +23,7 @@ The simulated API server runs in this process; phases 2 and 3 run the controller
 without a client-side rate limit (--kube-api-qps 0), with its event log in a SQLite file (as deployed) or in
 memory. Results go to bench/results/controller-<UTC time>.json.
 Run: `.venv/bin/python -m bench.controller [--domains N] [--phases lifecycle,scale-out,readiness]
-[--event-log sqlite|memory] [--profile PATH]`.
+[--event-log sqlite|memory] [--sample PATH] [--profile PATH]`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import os
 import platform
 import pstats
 import sqlite3
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -44,6 +47,7 @@ from typing import Any
 import structlog
 
 from bench.process import ControllerProcess
+from bench.samples import summarize
 from cdctl.controller.app import run_controller
 from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings
@@ -262,7 +266,7 @@ async def lifecycle_phase(
     """Run `act()`, wait for `done()`, then for the controller to go idle; the phase's figures."""
     requests = bench.server.requests
     requests.reset()
-    cpu_before = controller.cpu_s()
+    cpu_before, server_cpu_before = controller.cpu_s(), time.process_time()
     started = time.monotonic()
     act()
     acted = time.monotonic()
@@ -273,7 +277,7 @@ async def lifecycle_phase(
 
     await until(finished, poll_s=0.2)
     wall = time.monotonic() - started
-    cpu_at_done = controller.cpu_s()
+    cpu_at_done, server_cpu_at_done = controller.cpu_s(), time.process_time()
     cpu_quiet = await until_quiet(controller)
     counts = requests.by_verb_and_resource()
     return {
@@ -282,6 +286,8 @@ async def lifecycle_phase(
         "controller_cpu_s_at_done": round(cpu_at_done - cpu_before, 3),
         "controller_cpu_s": round(cpu_quiet - cpu_before, 3),
         "controller_cpu_ms_per_domain": round((cpu_quiet - cpu_before) * 1000 / domains, 2),
+        # this process: the simulated API server, its DaemonSet controller and the benchmark's polling
+        "server_cpu_s_at_done": round(server_cpu_at_done - server_cpu_before, 3),
         "api_requests_per_domain": {key: round(n / domains, 3) for key, n in counts.items()},
         "api_writes_per_domain": round(requests.writes() / domains, 3),
         "api_requests_failed": requests.failed(),
@@ -337,7 +343,19 @@ def profile_summary(profile: Path, lines: int = 40) -> str:
     return "\n".join(out)
 
 
-async def lifecycle(domains: int, profile: Path | None) -> dict[str, Any]:
+async def sampled(controller: ControllerProcess, out: Path) -> asyncio.subprocess.Process:
+    """py-spy recording the controller's busy threads until it exits (raw stacks in `out`)."""
+    spy = Path(sys.executable).parent / "py-spy"
+    if not spy.is_file():
+        raise SystemExit("--sample needs py-spy beside the interpreter (pip install py-spy)")
+    return await asyncio.create_subprocess_exec(
+        str(spy), "record", "--pid", str(controller.pid), "--format", "raw", "--rate", "200",
+        "--nonblocking", "--output", str(out),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def lifecycle(domains: int, profile: Path | None, sample: Path | None = None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="cdctl-bench-"))
     async with ApiServer(settings=ServerSettings(history_window=200_000)) as server:
         bench = Bench(server)
@@ -358,6 +376,7 @@ async def lifecycle(domains: int, profile: Path | None) -> dict[str, Any]:
             profile=profile,
             env={"SSL_CERT_FILE": str(work / "none.pem"), "SSL_CERT_DIR": str(work)},
         )
+        spy = await sampled(controller, sample) if sample is not None else None
         try:
             await until_quiet(controller)
             started = {"cpu_s": round(controller.cpu_s(), 3), "rss_mib": controller.rss_mib()}
@@ -371,6 +390,8 @@ async def lifecycle(domains: int, profile: Path | None) -> dict[str, Any]:
         finally:
             await controller.stop()
             await daemon_set_loop.stop()
+            if spy is not None:
+                await spy.wait()
     result: dict[str, Any] = {
         "domains": domains,
         "started": started,
@@ -382,12 +403,16 @@ async def lifecycle(domains: int, profile: Path | None) -> dict[str, Any]:
         "peak_rss_mib": peak,
         "events": events_per_domain(db, domains),
         "log_lines_per_domain": round(log_lines / domains, 2),
-        "profiled": profile is not None,
+        "profiled": profile is not None or sample is not None,
     }
     if profile is not None:
         summary = profile.with_suffix(profile.suffix + ".txt")
         summary.write_text(profile_summary(profile))
         result["profile"] = str(profile)
+    if sample is not None:
+        summary = sample.with_suffix(sample.suffix + ".txt")
+        summary.write_text(summarize(sample))
+        result["samples"] = str(sample)
     return result
 
 
@@ -444,7 +469,9 @@ async def in_process(domains: int, event_log: str, phases: set[str]) -> dict[str
 PHASES = ("lifecycle", "scale-out", "readiness")
 
 
-async def main(domains: int, event_log: str, phases: set[str], profile: Path | None) -> dict[str, Any]:
+async def main(
+    domains: int, event_log: str, phases: set[str], profile: Path | None, sample: Path | None = None
+) -> dict[str, Any]:
     result: dict[str, Any] = {
         "benchmark": "controller",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -458,7 +485,7 @@ async def main(domains: int, event_log: str, phases: set[str], profile: Path | N
         },
     }
     if "lifecycle" in phases:
-        result["lifecycle"] = await lifecycle(domains, profile)
+        result["lifecycle"] = await lifecycle(domains, profile, sample)
     if phases & {"scale-out", "readiness"}:
         result["in_process"] = await in_process(domains, event_log, phases)
     result["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
@@ -473,11 +500,12 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile", type=Path, default=None, help="run the lifecycle's controller under cProfile"
     )
+    parser.add_argument("--sample", type=Path, default=None, help="record the controller with py-spy")
     args = parser.parse_args()
     chosen = {p.strip() for p in args.phases.split(",") if p.strip()}
     if not chosen <= set(PHASES):
         parser.error(f"unknown phases: {', '.join(sorted(chosen - set(PHASES)))}")
-    result = asyncio.run(main(args.domains, args.event_log, chosen, args.profile))
+    result = asyncio.run(main(args.domains, args.event_log, chosen, args.profile, args.sample))
     print(json.dumps(result, indent=2))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"controller-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"

@@ -3,7 +3,8 @@
 `ControllerProcess.start(...)` launches the console script with the chart's flags against a kubeconfig,
 waits for `/readyz` (event log replayed, every informer listed once) and then reads, from /proc, what the
 process alone spent: CPU seconds (user + system, children excluded) and peak resident memory (VmHWM). With
-`profile` set the process runs under cProfile and writes its statistics there on SIGTERM. Used by
+`profile` set the process runs under cProfile (bench/profiled.py: main thread CPU time) and writes its
+statistics there on SIGTERM. Used by
 bench/controller.py.
 """
 
@@ -27,7 +28,7 @@ STOP_GRACE_S = 60.0
 
 def cdctl_argv(profile: Path | None) -> list[str]:
     if profile is not None:
-        return [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "cdctl"]
+        return [sys.executable, "-m", "bench.profiled", str(profile)]
     script = Path(sys.executable).parent / "cdctl"
     return [str(script)] if script.is_file() else [sys.executable, "-m", "cdctl"]
 
