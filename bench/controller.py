@@ -246,6 +246,13 @@ def lifecycle_gone(bench: Bench) -> bool:
     return all(not bench.store.list_objects(bench.type_of(*kind), None, copies=False)[0] for kind in kinds)
 
 
+async def reconciles(controller: ControllerProcess) -> dict[str, float]:
+    """Reconciles so far by result, from the controller's metrics."""
+    prefix = 'cdctl_controller_reconcile_total{result="'
+    samples = await controller.metrics()
+    return {name[len(prefix) : -2]: value for name, value in samples.items() if name.startswith(prefix)}
+
+
 async def until_quiet(controller: ControllerProcess, give_up_s: float = 600.0) -> float:
     """Wait until the controller's CPU time stops growing (deferred work done); its CPU seconds then."""
     deadline = time.monotonic() + give_up_s
@@ -266,6 +273,7 @@ async def lifecycle_phase(
     """Run `act()`, wait for `done()`, then for the controller to go idle; the phase's figures."""
     requests = bench.server.requests
     requests.reset()
+    reconciles_before = await reconciles(controller)
     cpu_before, server_cpu_before = controller.cpu_s(), time.process_time()
     started = time.monotonic()
     act()
@@ -280,6 +288,10 @@ async def lifecycle_phase(
     cpu_at_done, server_cpu_at_done = controller.cpu_s(), time.process_time()
     cpu_quiet = await until_quiet(controller)
     counts = requests.by_verb_and_resource()
+    reconciles_after = await reconciles(controller)
+    reconciled = {
+        k: round((n - reconciles_before.get(k, 0)) / domains, 2) for k, n in reconciles_after.items()
+    }
     return {
         "requests_s": round(acted - started, 3),
         "wall_s": round(wall, 3),
@@ -290,6 +302,7 @@ async def lifecycle_phase(
         "server_cpu_s_at_done": round(server_cpu_at_done - server_cpu_before, 3),
         "api_requests_per_domain": {key: round(n / domains, 3) for key, n in counts.items()},
         "api_writes_per_domain": round(requests.writes() / domains, 3),
+        "reconciles_per_domain": reconciled,
         "api_requests_failed": requests.failed(),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
@@ -344,13 +357,14 @@ def profile_summary(profile: Path, lines: int = 40) -> str:
 
 
 async def sampled(controller: ControllerProcess, out: Path) -> asyncio.subprocess.Process:
-    """py-spy recording the controller's busy threads until it exits (raw stacks in `out`)."""
+    """py-spy recording the controller until it exits (raw stacks in `out`): samples of the thread holding
+    the GIL, so Python work; SQLite and the kernel (fsync) run outside it."""
     spy = Path(sys.executable).parent / "py-spy"
     if not spy.is_file():
         raise SystemExit("--sample needs py-spy beside the interpreter (pip install py-spy)")
     return await asyncio.create_subprocess_exec(
         str(spy), "record", "--pid", str(controller.pid), "--format", "raw", "--rate", "200",
-        "--nonblocking", "--output", str(out),
+        "--nonblocking", "--gil", "--output", str(out),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
 

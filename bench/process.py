@@ -116,6 +116,20 @@ class ControllerProcess:
                 await asyncio.sleep(0.1)
         raise TimeoutError(f"controller not ready after {give_up_s} s: {self.last_line()}")
 
+    async def metrics(self) -> dict[str, float]:
+        """The controller's own Prometheus samples (`name{labels}` -> value), comments left out."""
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{self.http_port}/metrics") as response,
+        ):
+            text = await response.text()
+        samples = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                samples[name] = float(value)
+        return samples
+
     def last_line(self) -> str:
         lines = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
         return lines[-1] if lines else "no output"

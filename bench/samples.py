@@ -36,7 +36,7 @@ def summarize(path: Path, top: int = 30) -> str:
         own[frames[-1]] += samples
         for function in set(frames):
             inclusive[function] += samples
-    lines = [f"{total} samples of the controller's busy threads"]
+    lines = [f"{total} samples"]
     for title, counts in (("own", own), ("inclusive", inclusive)):
         lines.append(f"\ntop {top} by {title} samples:")
         for function, samples in counts.most_common(top):

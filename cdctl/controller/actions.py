@@ -1,14 +1,14 @@
 """API writes made on behalf of a ComputeDomain, each one an intention and an outcome in its event stream.
 
 Every write first records `DomainActionIntended` (durable before the call), then performs it, then records
-`DomainActionSucceeded` or `DomainActionFailed`, and feeds the object the API returned back through the
-journal so the view reflects the write at once (as deleted, when the write removed the last finalizer of an
-object being deleted: teardown need not wait for the watch to see it go). API errors are mapped to the
-typed errors the work queue understands: conflicts and server or transport failures are retriable, invalid
-or forbidden requests are permanent. A failure is logged as a warning (inside the reconcile, so the line
-names the domain); a success at debug verbosity, and in the reconcile's `WRITES` list, which the reconciler
-logs as one line (a line per write cost as much CPU as the write; the event log records each one anyway).
-Used by every reconciler module of this package.
+`DomainActionSucceeded` or `DomainActionFailed`; a success in one append with the object the API returned,
+fed back through the journal so the view reflects the write at once (as deleted, when the write removed the
+last finalizer of an object being deleted: teardown need not wait for the watch to see it go). API errors
+are mapped to the typed errors the work queue understands: conflicts and server or transport failures are
+retriable, invalid or forbidden requests are permanent. A failure is logged as a warning (inside the
+reconcile, so the line names the domain); a success at debug verbosity, and in the reconcile's `WRITES`
+list, which the reconciler logs as one line (a line per write cost as much CPU as the write; the event log
+records each one anyway). Used by every reconciler module of this package.
 """
 
 from __future__ import annotations
@@ -56,17 +56,35 @@ class Actions:
     async def _intend(self, uid: str, action: str, resource: ResourceType, namespace: str, name: str) -> None:
         await self.journal.record(uid, [DomainActionIntended(uid, action, resource.kind, namespace, name)])
 
-    async def _succeeded(
+    def _success(
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
-    ) -> None:
+    ) -> DomainActionSucceeded:
         target = f"{namespace}/{name}" if namespace else name
         log.debug(action, kind=resource.kind, object=target, detail=detail)
         writes = WRITES.get()
         if writes is not None:
             writes.append(f"{action} {resource.kind} {target}{f' ({detail})' if detail else ''}")
-        await self.journal.record(
-            uid, [DomainActionSucceeded(uid, action, resource.kind, namespace, name, detail)]
-        )
+        return DomainActionSucceeded(uid, action, resource.kind, namespace, name, detail)
+
+    async def _succeeded(
+        self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
+    ) -> None:
+        """Record a success that returned no object to ingest."""
+        await self.journal.record(uid, [self._success(uid, action, resource, namespace, name, detail)])
+
+    async def _succeeded_with(
+        self,
+        uid: str,
+        action: str,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        answer: JsonObject,
+        change: Change,
+    ) -> None:
+        """Record a success and the object the API answered with, in one append."""
+        outcome = self._success(uid, action, resource, namespace, name)
+        await self.journal.observe_written(resource, answer, change, (uid, outcome))
 
     async def _failed(
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, exc: KubeApiError
@@ -109,8 +127,7 @@ class Actions:
         except KubeApiError as exc:
             await self._failed(uid, "create", resource, namespace, name, exc)
             raise typed(exc, f"create {resource.kind} {namespace}/{name}") from exc
-        await self._succeeded(uid, "create", resource, namespace, name)
-        await self.journal.observe_written(resource, created, Change.ADDED)
+        await self._succeeded_with(uid, "create", resource, namespace, name, created, Change.ADDED)
         return created
 
     async def replace(
@@ -130,8 +147,8 @@ class Actions:
         except KubeApiError as exc:
             await self._failed(uid, action, resource, namespace or "", name, exc)
             raise typed(exc, f"{action} {resource.kind} {namespace}/{name}") from exc
-        await self._succeeded(uid, action, resource, namespace or "", name)
-        await self.journal.observe_written(resource, replaced, written_change(replaced))
+        change = written_change(replaced)
+        await self._succeeded_with(uid, action, resource, namespace or "", name, replaced, change)
         return replaced
 
     async def merge_patch(
@@ -157,8 +174,8 @@ class Actions:
         except KubeApiError as exc:
             await self._failed(uid, action, resource, namespace or "", name, exc)
             raise typed(exc, f"{action} {resource.kind} {namespace}/{name}") from exc
-        await self._succeeded(uid, action, resource, namespace or "", name)
-        await self.journal.observe_written(resource, patched, written_change(patched))
+        change = written_change(patched)
+        await self._succeeded_with(uid, action, resource, namespace or "", name, patched, change)
         return patched
 
     async def set_finalizer(
@@ -195,7 +212,10 @@ class Actions:
         except KubeApiError as exc:
             await self._failed(uid, "delete", resource, namespace or "", name, exc)
             raise typed(exc, f"delete {resource.kind} {namespace}/{name}") from exc
-        await self._succeeded(uid, "delete", resource, namespace or "", name)
         if answer.get("kind") != "Status" and answer.get("metadata", {}).get("deletionTimestamp"):
-            await self.journal.observe_written(resource, answer, Change.MODIFIED)
+            await self._succeeded_with(
+                uid, "delete", resource, namespace or "", name, answer, Change.MODIFIED
+            )
+        else:
+            await self._succeeded(uid, "delete", resource, namespace or "", name)
         return True

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cdctl.controller.observations import domain_uid_of, to_event
@@ -44,6 +45,15 @@ HISTORY_MAX_LAG = 100_000
 CacheKey = tuple[str, str, str]  # plural, namespace, name
 
 
+@dataclass(slots=True)
+class _Pending:
+    """An observation waiting to be recorded, with its waiter and the outcome of the write it answers."""
+
+    observation: Observation | None
+    done: asyncio.Future[None] | None = None
+    outcome: tuple[str, DomainEvent] | None = None  # (domain uid, event), appended just before it
+
+
 class Journal:
     def __init__(self, store: EventStore | None, actor: Actor, on_change: Callable[[str], None]) -> None:
         self.store: EventStore = store if store is not None else InMemoryEventStore()
@@ -62,7 +72,7 @@ class Journal:
         self._objects: dict[CacheKey, JsonObject] = {}
         self._versions: dict[str, str] = {}
         self._tombstones: OrderedDict[str, str] = OrderedDict()  # uid -> resourceVersion of its deletion
-        self._pending: list[tuple[Observation | None, asyncio.Future[None] | None]] = []
+        self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
         self.recorded = 0
         self._last_append = 0.0
@@ -105,22 +115,29 @@ class Journal:
 
     def observe(self, observation: Observation) -> None:
         """Queue an informer observation (recorded and folded by `run`)."""
-        self._pending.append((observation, None))
+        self._pending.append(_Pending(observation))
         self._wake.set()
 
-    async def observe_written(self, resource: ResourceType, obj: JsonObject, change: Change) -> None:
-        """Ingest the object a write returned and wait until the view has it."""
+    async def observe_written(
+        self,
+        resource: ResourceType,
+        obj: JsonObject,
+        change: Change,
+        outcome: tuple[str, DomainEvent] | None = None,
+    ) -> None:
+        """Ingest the object a write returned and wait until the view has it. `outcome` (domain uid, event),
+        the write's own outcome, is appended just before it, in the same append."""
         obj.setdefault("apiVersion", resource.api_version)
         obj.setdefault("kind", resource.kind)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((Observation(resource, change, obj), done))
+        self._pending.append(_Pending(Observation(resource, change, obj), done, outcome))
         self._wake.set()
         await done
 
     async def flush(self) -> None:
         """Wait until everything observed so far is recorded and folded."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((None, done))
+        self._pending.append(_Pending(None, done))
         self._wake.set()
         await done
 
@@ -164,9 +181,9 @@ class Journal:
             try:
                 await self._ingest(batch)
             finally:
-                for _, done in batch:
-                    if done is not None and not done.done():
-                        done.set_result(None)
+                for pending in batch:
+                    if pending.done is not None and not pending.done.done():
+                        pending.done.set_result(None)
 
     def forget_missing(
         self, resource: ResourceType, namespace: str | None, present: Iterable[str], listed_at: str = ""
@@ -195,7 +212,7 @@ class Journal:
                         "labels": {"resource.nvidia.com/computeDomain": state.uid},
                     }
                 }
-                self._pending.append((Observation(resource, Change.DELETED, gone), None))
+                self._pending.append(_Pending(Observation(resource, Change.DELETED, gone)))
             if resource.kind == "ComputeDomain" and state.cd is not None and state.cd.uid not in present_uids:
                 cd = state.cd
                 gone = {
@@ -206,12 +223,15 @@ class Journal:
                         "resourceVersion": cd.resource_version,
                     }
                 }
-                self._pending.append((Observation(resource, Change.DELETED, gone), None))
+                self._pending.append(_Pending(Observation(resource, Change.DELETED, gone)))
         self._wake.set()
 
-    async def _ingest(self, batch: list[tuple[Observation | None, asyncio.Future[None] | None]]) -> None:
+    async def _ingest(self, batch: list[_Pending]) -> None:
         entries: list[tuple[str, DomainEvent, ObservedVersion | None]] = []
-        for observation, _ in batch:
+        for pending in batch:
+            observation = pending.observation
+            if pending.outcome is not None:
+                entries.append((*pending.outcome, None))
             if observation is None:
                 continue
             key = (observation.resource.plural, observation.namespace or "", observation.name)
