@@ -46,6 +46,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
 
+def system_seconds(pid: int) -> float:
+    """stime alone (field 15): the kernel's share, fsync and socket calls among it."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[12]) / TICKS_PER_S
+
+
 def status_kib(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(f"{key}:"):
@@ -64,7 +70,7 @@ class ControllerProcess:
     async def start(
         cls,
         kubeconfig: Path,
-        db: Path,
+        db: Path | None,
         log_path: Path,
         *,
         namespace: str,
@@ -83,7 +89,7 @@ class ControllerProcess:
             "--kube-api-qps", "1000",
             "--kube-api-burst", "1000",
             "--log-format", "json",
-            "--db", str(db),
+            *(["--db", str(db)] if db is not None else []),
             "--http-endpoint", f"127.0.0.1:{port}",
             *extra_args,
         ]  # fmt: skip
@@ -140,6 +146,9 @@ class ControllerProcess:
 
     def cpu_s(self) -> float:
         return cpu_seconds(self.pid)
+
+    def system_s(self) -> float:
+        return system_seconds(self.pid)
 
     def peak_rss_mib(self) -> float:
         return round(status_kib(self.pid, "VmHWM") / 1024, 1)
