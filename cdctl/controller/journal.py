@@ -6,12 +6,14 @@ controller's projection (cdctl.controller.view, the pure fold of the cdctl.proje
 `on_change` enqueues the domains concerned; observations of one object all pass through the one ingest
 loop, so they fold in log order. With a log file, the shared ProjectionRunner keeps its `domain_history`
 table (for `cdctl sql` and `cdctl verify`) exactly once, in the background. The objects themselves are kept
-in an object cache for request bodies. A write's response is ingested the same way (`observe_written`), so
-the controller reads its own writes at once and the watch event that follows is a duplicate; a write that
-removed the last finalizer of an object being deleted is ingested as its deletion (the API server deletes it
-in that same write), so the watch's MODIFIED and DELETED that follow are both duplicates. Without a log
-file the events go to an in-memory store (tests and demos: it only grows). With a log file the projection
-is snapshotted every `SNAPSHOT_EVERY` events, and `replay` starts from the latest snapshot.
+in an object cache for request bodies. A write's response is ingested the same way (`observe_written`),
+with the write's outcome in the same append, so the controller reads its own writes at once and the watch
+event that follows is a duplicate (whose object then replaces the answer's in the cache: the informer holds
+that copy anyway, so one copy of each object is kept); a write that removed the last finalizer of an object
+being deleted is ingested as its deletion (the API server deletes it in that same write), so the watch's
+MODIFIED and DELETED that follow are both duplicates. Without a log file the events go to an in-memory
+store (tests and demos: it only grows). With a log file the projection is snapshotted every
+`SNAPSHOT_EVERY` events, and `replay` starts from the latest snapshot.
 Used by cdctl.controller.manager (observations) and cdctl.controller.actions (actions).
 """
 
@@ -248,6 +250,8 @@ class Journal:
             else:
                 known = self._versions.get(observation.uid) or self._tombstones.get(observation.uid)
                 if known is not None and is_stale(known, observation.resource_version):
+                    if known == observation.resource_version:
+                        self._share(key, observation)
                     continue  # a duplicate, or a write's response arriving after the object's deletion
                 self._versions[observation.uid] = observation.resource_version
                 self._objects[key] = observation.obj
@@ -259,6 +263,18 @@ class Journal:
                 observed = ObservedVersion(observation.uid, f"deleted/{observation.resource_version}")
             entries.append((uid, to_event(observation, uid), observed))
         await self._append(entries)
+
+    def _share(self, key: CacheKey, duplicate: Observation) -> None:
+        """The watch's copy of the version cached from a write's answer: cache the watch's (the informer
+        keeps it anyway), so one copy of each object is held, not two."""
+        cached = self._objects.get(key)
+        if cached is None or cached is duplicate.obj:
+            return
+        if (cached.get("metadata") or {}).get("uid") != duplicate.uid:
+            return
+        duplicate.obj.setdefault("apiVersion", duplicate.resource.api_version)
+        duplicate.obj.setdefault("kind", duplicate.resource.kind)
+        self._objects[key] = duplicate.obj
 
     async def _append(self, entries: list[tuple[str, DomainEvent, ObservedVersion | None]]) -> None:
         if not entries:

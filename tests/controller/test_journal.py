@@ -7,8 +7,14 @@ from typing import Any
 
 import pytest
 
+from cdctl.controller.actions import written_change
 from cdctl.controller.journal import Journal
-from cdctl.domain.computedomains import ComputeDomainObserved, DomainActionIntended, DomainObjectObserved
+from cdctl.domain.computedomains import (
+    ComputeDomainObserved,
+    DomainActionIntended,
+    DomainActionSucceeded,
+    DomainObjectObserved,
+)
 from cdctl.domain.events import Actor, decode
 from cdctl.k8s.informer import Change, Observation
 from cdctl.k8s.resources import COMPUTE_DOMAINS, PODS
@@ -170,3 +176,36 @@ async def test_a_write_response_arriving_after_the_deletion_does_not_resurrect_t
     await h.close()
     assert h.view.domain(UID).daemon_pods() == []
     assert h.journal.cached(PODS, "drv", "daemon-a") is None
+
+
+async def test_a_write_answer_and_its_watch_duplicate_are_one_event_and_one_cached_copy() -> None:
+    store = InMemoryEventStore()
+    h = Harness(store)
+    answer = cd("5")
+    outcome = DomainActionSucceeded(UID, "update-status", "ComputeDomain", "ns", "cd")
+    await h.journal.observe_written(COMPUTE_DOMAINS, answer, Change.MODIFIED, (UID, outcome))
+    watched = cd("5")  # the watch's own decoding of the same version
+    h.journal.observe(Observation(COMPUTE_DOMAINS, Change.MODIFIED, watched))
+    await h.settle()
+    types = [e.type for e in await store.read_stream(f"domain/{UID}")]
+    assert types == ["DomainActionSucceeded", "ComputeDomainObserved"]  # outcome first, in the same append
+    assert h.journal.cached(COMPUTE_DOMAINS, "ns", "cd") is watched
+    await h.close()
+
+
+async def test_a_write_that_removed_the_last_finalizer_of_a_deleting_object_is_its_deletion() -> None:
+    store = InMemoryEventStore()
+    h = Harness(store)
+    h.journal.observe(Observation(COMPUTE_DOMAINS, Change.ADDED, cd("1")))
+    await h.settle()
+    released = cd("7", deleting=True)
+    released["metadata"]["finalizers"] = []
+    await h.journal.observe_written(COMPUTE_DOMAINS, released, written_change(released))
+    assert h.view.domain(UID).cd is None  # gone at once: teardown does not wait for the watch
+    # The watch then reports that version and the deletion: both duplicates, recorded no more.
+    h.journal.observe(Observation(COMPUTE_DOMAINS, Change.MODIFIED, cd("7", deleting=True)))
+    h.journal.observe(Observation(COMPUTE_DOMAINS, Change.DELETED, cd("8", deleting=True)))
+    await h.settle()
+    changes = [decode(e).change for e in await store.read_stream(f"domain/{UID}")]  # type: ignore[attr-defined]
+    assert changes == ["ADDED", "DELETED"]
+    await h.close()
