@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from cdctl.controller.journal import Journal
+from cdctl.controller.observations import PATCHED_FINALIZERS
 from cdctl.domain.computedomains import DomainActionFailed, DomainActionIntended, DomainActionSucceeded
 from cdctl.domain.errors import PermanentError, RetriableError
 from cdctl.domain.events import DomainEvent
@@ -187,7 +188,8 @@ class Actions:
         finalizer: str,
         present: bool,
     ) -> None:
-        """Add (`present`) or remove `finalizer` with an update guarded by resourceVersion; gone is done."""
+        """Add (`present`) or remove `finalizer` with an update guarded by resourceVersion (a merge patch
+        guarded by it for the kinds kept without their spec); gone is done."""
         body = self.journal.cached(resource, namespace, name)
         if body is None:
             body = await self.get(resource, namespace, name)
@@ -197,8 +199,13 @@ class Actions:
         if (finalizer in finalizers) == present:
             return
         finalizers = [*finalizers, finalizer] if present else [f for f in finalizers if f != finalizer]
-        updated = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
         action = "add-finalizer" if present else "remove-finalizer"
+        if resource.kind in PATCHED_FINALIZERS:  # kept without its spec: no whole object to write back
+            rv = body["metadata"].get("resourceVersion")
+            patch = {"metadata": {"resourceVersion": rv, "finalizers": finalizers}}
+            await self.merge_patch(uid, action, resource, namespace, name, patch)
+            return
+        updated = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
         await self.replace(uid, action, resource, updated)
 
     async def delete(self, uid: str, resource: ResourceType, namespace: str | None, name: str) -> bool:

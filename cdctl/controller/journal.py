@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdctl.controller.observations import domain_uid_of, to_event
+from cdctl.controller.observations import domain_uid_of, kept_form, to_event
 from cdctl.controller.view import OBSERVATIONS, DomainProjection, DomainView
 from cdctl.domain.computedomains import domain_stream
 from cdctl.domain.events import Actor, DomainEvent, NewEvent, ObservedVersion
@@ -129,6 +129,7 @@ class Journal:
     ) -> None:
         """Ingest the object a write returned and wait until the view has it. `outcome` (domain uid, event),
         the write's own outcome, is appended just before it, in the same append."""
+        obj = kept_form(resource.kind, obj)
         obj.setdefault("apiVersion", resource.api_version)
         obj.setdefault("kind", resource.kind)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()

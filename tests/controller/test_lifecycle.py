@@ -164,3 +164,32 @@ async def test_objects_deleted_under_a_live_domain_are_recreated(tmp_path: Path)
         )
         assert not ds["metadata"].get("deletionTimestamp") and not rct["metadata"].get("deletionTimestamp")
         assert ds["metadata"]["finalizers"] == [FINALIZER]
+
+
+async def test_a_domain_lifecycle_makes_only_the_writes_it_needs(tmp_path: Path) -> None:
+    """docs/controller-cost.md lists each write and why it is needed; nothing is written twice."""
+    async with Cluster(tmp_path) as cluster:
+        await cluster.start_controller()
+        cluster.server.requests.reset()
+        cluster.create_domain("cd1")
+        await eventually(lambda: (d := cluster.domain("cd1")) and d.get("status"))
+        await eventually(lambda: cluster.list("apps", "daemonsets"))
+        cluster.delete_domain("cd1")
+        await eventually(lambda: cluster.domain("cd1") is None)
+        await eventually(lambda: not cluster.list("resource.k8s.io", "resourceclaimtemplates"))
+        writes = {
+            key: n
+            for key, n in cluster.server.requests.by_verb_and_resource().items()
+            if key.split(" ")[0] in ("create", "update", "patch", "delete")
+        }
+        assert writes == {
+            "update resource.nvidia.com/computedomains": 2,  # its finalizer on, then off
+            "update resource.nvidia.com/computedomains/status": 1,
+            "create resource.k8s.io/resourceclaimtemplates": 2,  # workload and daemon templates
+            "create apps/daemonsets": 1,
+            "delete resource.k8s.io/resourceclaimtemplates": 2,
+            "delete apps/daemonsets": 1,
+            "update resource.k8s.io/resourceclaimtemplates": 2,  # their finalizers off
+            "patch apps/daemonsets": 1,  # its finalizer off (the controller keeps no DaemonSet spec)
+        }
+        assert cluster.server.requests.failed() == {}
