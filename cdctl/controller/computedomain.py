@@ -127,7 +127,7 @@ class ComputeDomainReconciler:
         uid = state.uid
         await self.templates.delete(state, TARGET_WORKLOAD)
         await self.daemon_sets.delete(state)
-        await self.node_labels.remove(uid)
+        await self.node_labels.remove(state)
         state = self.ctx.view.domain(uid)
         await self.templates.remove_finalizers(state, TARGET_WORKLOAD)
         state = self.ctx.view.domain(uid)

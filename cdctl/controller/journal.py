@@ -5,21 +5,22 @@ object's (uid, resourceVersion) so the store records it once). Each batch the st
 controller's projection (cdctl.controller.view, the pure fold of the cdctl.projections contract) before
 `on_change` enqueues the domains concerned; observations of one object all pass through the one ingest
 loop, so they fold in log order. With a log file, the shared ProjectionRunner keeps its `domain_history`
-table (for `cdctl sql` and `cdctl verify`) exactly once, in the background. The objects themselves are kept
-in an object cache for request bodies. A write's response is ingested the same way (`observe_written`),
-with the write's outcome in the same append, so the controller reads its own writes at once and the watch
-event that follows is a duplicate (whose object then replaces the answer's in the cache: the informer holds
-that copy anyway, so one copy of each object is kept); a write that removed the last finalizer of an object
-being deleted is ingested as its deletion (the API server deletes it in that same write), so the watch's
-MODIFIED and DELETED that follow are both duplicates. Without a log file the events go to an in-memory
-store (tests and demos: it only grows). With a log file the projection is snapshotted every
-`SNAPSHOT_EVERY` events, and `replay` starts from the latest snapshot.
+table (for `cdctl sql` and `cdctl verify`) exactly once, in the background, from the events as appended.
+The objects themselves are kept in an object cache for request bodies. A write's response is ingested the
+same way (`observe_written`), with the write's outcome in the same append, so the controller reads its own
+writes at once and the watch event that follows is a duplicate (whose object then replaces the answer's in
+the cache: the informer holds that copy anyway, so one copy of each object is kept); a write that removed
+the last finalizer of an object being deleted is ingested as its deletion (the API server deletes it in that
+same write), so the watch's MODIFIED and DELETED that follow are both duplicates. Without a log file the
+events go to an in-memory store (tests and demos: it only grows). With a log file the projection is
+snapshotted every `SNAPSHOT_EVERY` events, and `replay` starts from the latest snapshot.
 Used by cdctl.controller.manager (observations) and cdctl.controller.actions (actions).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from typing import Any
 from cdctl.controller.observations import domain_uid_of, kept_form, to_event
 from cdctl.controller.view import OBSERVATIONS, DomainProjection, DomainView
 from cdctl.domain.computedomains import domain_stream
-from cdctl.domain.events import Actor, DomainEvent, NewEvent, ObservedVersion
+from cdctl.domain.events import Actor, DomainEvent, NewEvent, ObservedVersion, RecordedEvent
 from cdctl.k8s.informer import Change, Observation, is_stale
 from cdctl.k8s.resources import ResourceType
 from cdctl.projections.base import Key, Row
@@ -43,7 +44,7 @@ JsonObject = dict[str, Any]
 HISTORY_QUIET_S = 1.0
 SNAPSHOT_EVERY = 50_000
 TOMBSTONES = 10_000
-HISTORY_MAX_LAG = 100_000
+HISTORY_BATCH = 2_000  # appended events kept for the history table: written once this many wait
 CacheKey = tuple[str, str, str]  # plural, namespace, name
 
 
@@ -78,6 +79,8 @@ class Journal:
         self._wake = asyncio.Event()
         self.recorded = 0
         self._last_append = 0.0
+        self._unrecorded: list[RecordedEvent] = []  # appended here, not yet in the history table
+        self._history_due = asyncio.Event()
         self.replayed = 0
 
     async def replay(self) -> int:
@@ -156,25 +159,33 @@ class Journal:
             group.create_task(self._write_observations())
 
     async def _keep_history(self, history: ProjectionRunner) -> None:
-        """Follow the log with the history table when the journal has been quiet for `HISTORY_QUIET_S`.
+        """Follow the log with the history table when the journal has been quiet for `HISTORY_QUIET_S`, or
+        once `HISTORY_BATCH` events wait.
 
         Keeping the table costs about as much CPU per event as deciding on it, so a burst (a thousand domains
-        created at once) is handled first and recorded in the table a moment later; a backlog beyond
-        `HISTORY_MAX_LAG` events is caught up regardless.
+        created at once) is handled first and recorded in the table a little later. The events this journal
+        appended are folded as they were returned (reading them back from the file cost as much again);
+        what it did not append itself, or no longer holds, is read back.
         """
         while True:
             await self.store.wait_beyond(history.position)
-            await self._quiet_or_lagging(history)
-            await history.catch_up()
+            await self._quiet_or_due()
+            self._history_due.clear()
+            held, self._unrecorded = self._unrecorded, []
+            held = sorted((e for e in held if e.position > history.position), key=lambda e: e.position)
+            if held and all(e.position == history.position + 1 + i for i, e in enumerate(held)):
+                await history.apply(held)
+            else:
+                await history.catch_up()
 
-    async def _quiet_or_lagging(self, history: ProjectionRunner) -> None:
+    async def _quiet_or_due(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            if loop.time() - self._last_append >= HISTORY_QUIET_S:
+        while not self._history_due.is_set():
+            quiet_for = loop.time() - self._last_append
+            if quiet_for >= HISTORY_QUIET_S:
                 return
-            if self.store.head() - history.position >= HISTORY_MAX_LAG:
-                return
-            await asyncio.sleep(HISTORY_QUIET_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._history_due.wait(), HISTORY_QUIET_S - quiet_for)
 
     async def _write_observations(self) -> None:
         while True:
@@ -288,6 +299,12 @@ class Journal:
         self._last_append = asyncio.get_running_loop().time()
         written = await self.store.append_batch([StreamAppend(s, events) for s, events in streams.items()])
         self.recorded += len(written)
+        if self.history is not None and written:
+            if len(self._unrecorded) >= 2 * HISTORY_BATCH:
+                self._unrecorded.clear()  # the table fell behind: it reads these back from the file
+            self._unrecorded.extend(written)
+            if len(self._unrecorded) >= HISTORY_BATCH:
+                self._history_due.set()
         fold_into(self.projection, self.rows, written)
         if written:
             await self._snapshot_if_due(written[-1].position)

@@ -35,7 +35,7 @@ async def test_a_domains_life_needs_nothing_the_chart_does_not_grant(tmp_path: P
         for node, ip in (("node-a", "10.0.0.1"), ("node-b", "10.0.0.2")):
             cluster.label_node(node, uid)
             cluster.run_daemon(uid, node, ip, "cluster.7", ready=True)
-        await eventually(lambda: cluster.domain("cd1")["status"]["status"] == "Ready")
+        await eventually(lambda: (cluster.domain("cd1").get("status") or {}).get("status") == "Ready")
         cluster.delete_domain("cd1")
         await eventually(lambda: cluster.domain("cd1") is None)
         assert cluster.list("apps", "daemonsets") == []

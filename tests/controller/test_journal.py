@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cdctl.controller import journal as journal_module
 from cdctl.controller.actions import written_change
 from cdctl.controller.journal import Journal
 from cdctl.domain.computedomains import (
@@ -15,10 +17,13 @@ from cdctl.domain.computedomains import (
     DomainActionSucceeded,
     DomainObjectObserved,
 )
-from cdctl.domain.events import Actor, decode
+from cdctl.domain.events import Actor, NewEvent, decode
 from cdctl.k8s.informer import Change, Observation
 from cdctl.k8s.resources import COMPUTE_DOMAINS, PODS
+from cdctl.store.base import StreamAppend
 from cdctl.store.memory import InMemoryEventStore
+from cdctl.store.sqlite import SqliteEventStore
+from tests.controller.harness import eventually
 
 UID = "cd-uid-1"
 
@@ -56,7 +61,7 @@ def pod(rv: str, ready: bool, clique: str | None = "c.1") -> dict[str, Any]:
 
 
 class Harness:
-    def __init__(self, store: InMemoryEventStore | None) -> None:
+    def __init__(self, store: InMemoryEventStore | SqliteEventStore | None) -> None:
         self.changed: list[str] = []
         self.journal = Journal(store, Actor("test"), self.changed.append)
         self.view = self.journal.view
@@ -209,3 +214,30 @@ async def test_a_write_that_removed_the_last_finalizer_of_a_deleting_object_is_i
     changes = [decode(e).change for e in await store.read_stream(f"domain/{UID}")]  # type: ignore[attr-defined]
     assert changes == ["ADDED", "DELETED"]
     await h.close()
+
+
+async def test_the_history_table_gets_every_event_once_whether_held_or_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module, "HISTORY_QUIET_S", 0.05)
+    monkeypatch.setattr(journal_module, "HISTORY_BATCH", 3)
+    store = await SqliteEventStore.open(tmp_path / "controller.db")
+    h = Harness(store)
+    try:
+        await h.journal.replay()
+        for i in range(5):  # held as appended, written once 3 wait
+            await h.journal.record(UID, [DomainActionIntended(UID, "create", "DaemonSet", "drv", f"ds{i}")])
+        # Another writer's event: not held here, so the table reads it back from the file.
+        other = DomainActionIntended(UID, "create", "DaemonSet", "drv", "other")
+        await store.append_batch([StreamAppend(f"domain/{UID}", [NewEvent.of(other)])])
+        await h.journal.record(UID, [DomainActionIntended(UID, "create", "DaemonSet", "drv", "last")])
+        history = h.journal.history
+        assert history is not None
+        await eventually(lambda: history.position == store.head())
+        rows = await store.query("SELECT position, detail FROM domain_history ORDER BY position")
+        events = await store.read_all()
+        assert [(e.position, e.data_json) for e in events] == [(int(p), d) for p, d in rows]
+        assert len(rows) == 7
+    finally:
+        await h.close()
+        await store.close()
