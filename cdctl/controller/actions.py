@@ -13,6 +13,8 @@ records each one anyway). Used by every reconciler module of this package.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -33,6 +35,9 @@ log = structlog.get_logger(__name__)
 JsonObject = dict[str, Any]
 # The writes of the reconcile running in this task, for its one log line (None outside a reconcile).
 WRITES: ContextVar[list[str] | None] = ContextVar("cdctl_controller_writes", default=None)
+# Inside `Actions.pipelined()`: a write's outcome is not waited for; the next intention, recorded behind it
+# in the same append, or the block's end, waits for both.
+_PIPELINED: ContextVar[bool] = ContextVar("cdctl_controller_pipelined", default=False)
 
 
 def written_change(obj: JsonObject) -> Change:
@@ -54,8 +59,27 @@ class Actions:
         self.journal = journal
         self.recorder = recorder
 
+    @asynccontextmanager
+    async def pipelined(self) -> AsyncIterator[None]:
+        """Writes made one after another, with no read of the view between them (a teardown step): each
+        write's outcome shares an append with the next write's intention (one commit per write, not two),
+        and the view has every outcome when the block ends. Each intention is still durable before its
+        write."""
+        token = _PIPELINED.set(True)
+        try:
+            yield
+        finally:
+            _PIPELINED.reset(token)
+            await self.journal.flush()
+
+    async def _record(self, uid: str, events: list[DomainEvent]) -> None:
+        if _PIPELINED.get():
+            await self.journal.record_queued(uid, events)
+        else:
+            await self.journal.record(uid, events)
+
     async def _intend(self, uid: str, action: str, resource: ResourceType, namespace: str, name: str) -> None:
-        await self.journal.record(uid, [DomainActionIntended(uid, action, resource.kind, namespace, name)])
+        await self._record(uid, [DomainActionIntended(uid, action, resource.kind, namespace, name)])
 
     def _success(
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
@@ -71,7 +95,7 @@ class Actions:
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
     ) -> None:
         """Record a success that returned no object to ingest."""
-        await self.journal.record(uid, [self._success(uid, action, resource, namespace, name, detail)])
+        await self._record(uid, [self._success(uid, action, resource, namespace, name, detail)])
 
     async def _succeeded_with(
         self,
@@ -85,14 +109,16 @@ class Actions:
     ) -> None:
         """Record a success and the object the API answered with, in one append."""
         outcome = self._success(uid, action, resource, namespace, name)
-        await self.journal.observe_written(resource, answer, change, (uid, outcome))
+        await self.journal.observe_written(
+            resource, answer, change, (uid, outcome), wait=not _PIPELINED.get()
+        )
 
     async def _failed(
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, exc: KubeApiError
     ) -> None:
         target = f"{namespace}/{name}" if namespace else name
         log.warning(f"{action} failed", kind=resource.kind, object=target, error=str(exc))
-        await self.journal.record(
+        await self._record(
             uid, [DomainActionFailed(uid, action, resource.kind, namespace, name, str(exc), exc.retriable)]
         )
 

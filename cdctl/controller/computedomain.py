@@ -125,14 +125,16 @@ class ComputeDomainReconciler:
             await self._teardown_host_managed(state, cd)
             return
         uid = state.uid
-        await self.templates.delete(state, TARGET_WORKLOAD)
-        await self.daemon_sets.delete(state)
+        async with self.ctx.actions.pipelined():
+            await self.templates.delete(state, TARGET_WORKLOAD)
+            await self.daemon_sets.delete(state)
         await self.node_labels.remove(state)
         state = self.ctx.view.domain(uid)
         await self.templates.remove_finalizers(state, TARGET_WORKLOAD)
         state = self.ctx.view.domain(uid)
         self._assert_gone(self.templates.remaining(state, TARGET_WORKLOAD), "workload ResourceClaimTemplate")
-        await self.daemon_sets.remove_finalizers(state)
+        async with self.ctx.actions.pipelined():
+            await self.daemon_sets.remove_finalizers(state)
         state = self.ctx.view.domain(uid)
         self._assert_gone(self.daemon_sets.remaining(state), "daemon objects")
         await self.cliques.delete_all(state)

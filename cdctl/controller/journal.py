@@ -55,6 +55,7 @@ class _Pending:
     observation: Observation | None
     done: asyncio.Future[None] | None = None
     outcome: tuple[str, DomainEvent] | None = None  # (domain uid, event), appended just before it
+    events: Sequence[tuple[str, DomainEvent]] = ()  # (domain uid, event) recorded in order (`record_queued`)
 
 
 class Journal:
@@ -129,16 +130,20 @@ class Journal:
         obj: JsonObject,
         change: Change,
         outcome: tuple[str, DomainEvent] | None = None,
+        *,
+        wait: bool = True,
     ) -> None:
-        """Ingest the object a write returned and wait until the view has it. `outcome` (domain uid, event),
-        the write's own outcome, is appended just before it, in the same append."""
+        """Ingest the object a write returned and wait until the view has it (unless not `wait`: then a
+        later `record_queued` or `flush` waits for it). `outcome` (domain uid, event), the write's own
+        outcome, is appended just before it, in the same append."""
         obj = kept_form(resource.kind, obj)
         obj.setdefault("apiVersion", resource.api_version)
         obj.setdefault("kind", resource.kind)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(Observation(resource, change, obj), done, outcome))
         self._wake.set()
-        await done
+        if wait:
+            await done
 
     async def flush(self) -> None:
         """Wait until everything observed so far is recorded and folded."""
@@ -150,6 +155,14 @@ class Journal:
     async def record(self, domain_uid: str, events: Sequence[DomainEvent]) -> None:
         """Append the controller's own events (intentions, outcomes) to the domain's stream and fold them."""
         await self._append([(domain_uid, event, None) for event in events])
+
+    async def record_queued(self, domain_uid: str, events: Sequence[DomainEvent]) -> None:
+        """`record`, in order behind what was queued before it (a write's outcome not waited for), in the
+        same append: one commit for the last write's outcome and the next write's intention."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(None, done, events=[(domain_uid, event) for event in events]))
+        self._wake.set()
+        await done
 
     async def run(self) -> None:
         """Write queued observations in batches, and keep the history table, until cancelled."""
@@ -244,6 +257,7 @@ class Journal:
         entries: list[tuple[str, DomainEvent, ObservedVersion | None]] = []
         for pending in batch:
             observation = pending.observation
+            entries.extend((uid, event, None) for uid, event in pending.events)
             if pending.outcome is not None:
                 entries.append((*pending.outcome, None))
             if observation is None:
