@@ -72,14 +72,15 @@ class Actions:
             _PIPELINED.reset(token)
             await self.journal.flush()
 
-    async def _record(self, uid: str, events: list[DomainEvent]) -> None:
+    async def record(self, uid: str, events: list[DomainEvent]) -> None:
+        """Record events of the domain, in order behind a pipelined write's outcome."""
         if _PIPELINED.get():
             await self.journal.record_queued(uid, events)
         else:
             await self.journal.record(uid, events)
 
     async def _intend(self, uid: str, action: str, resource: ResourceType, namespace: str, name: str) -> None:
-        await self._record(uid, [DomainActionIntended(uid, action, resource.kind, namespace, name)])
+        await self.record(uid, [DomainActionIntended(uid, action, resource.kind, namespace, name)])
 
     def _success(
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
@@ -95,7 +96,7 @@ class Actions:
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
     ) -> None:
         """Record a success that returned no object to ingest."""
-        await self._record(uid, [self._success(uid, action, resource, namespace, name, detail)])
+        await self.record(uid, [self._success(uid, action, resource, namespace, name, detail)])
 
     async def _succeeded_with(
         self,
@@ -118,7 +119,7 @@ class Actions:
     ) -> None:
         target = f"{namespace}/{name}" if namespace else name
         log.warning(f"{action} failed", kind=resource.kind, object=target, error=str(exc))
-        await self._record(
+        await self.record(
             uid, [DomainActionFailed(uid, action, resource.kind, namespace, name, str(exc), exc.retriable)]
         )
 

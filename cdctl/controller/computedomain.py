@@ -4,7 +4,8 @@ Live domain: finalizer, then (driver-managed mode) the daemon template and Daemo
 template, then cliques and status. Deleting domain, in the reference's order, each step idempotent: delete the
 workload template; delete the daemon templates and DaemonSets in every namespace; remove the node labels;
 remove the workload template's finalizer and wait until it is gone; remove the daemon templates' and
-DaemonSets' finalizers and wait until they are gone; delete the cliques; remove the domain's finalizer. A
+DaemonSets' finalizers and wait until they are gone; delete the cliques; remove the domain's finalizer
+(writes with no read of the view between them are pipelined: cdctl.controller.actions). A
 domain that no longer exists but left objects behind (an orphan, found by the sweep) gets the same teardown
 without the last step. Under HostManagedIMEX the host's nvidia-imex owns the IMEX domain: a live domain gets
 its finalizer, the workload template and `status.status=Ready` (admitted, nothing more); teardown deletes the
@@ -137,8 +138,9 @@ class ComputeDomainReconciler:
             await self.daemon_sets.remove_finalizers(state)
         state = self.ctx.view.domain(uid)
         self._assert_gone(self.daemon_sets.remaining(state), "daemon objects")
-        await self.cliques.delete_all(state)
-        await self._release(state, cd)
+        async with self.ctx.actions.pipelined():
+            await self.cliques.delete_all(state)
+            await self._release(state, cd)
 
     async def _teardown_host_managed(self, state: DomainState, cd: JsonObject | None) -> None:
         """HostManagedIMEX: only the workload template was made, so only it is deleted and waited for."""
@@ -158,7 +160,7 @@ class ComputeDomainReconciler:
         await self.ctx.actions.set_finalizer(
             state.uid, COMPUTE_DOMAINS, meta["namespace"], meta["name"], FINALIZER, False
         )
-        await self.ctx.journal.record(
+        await self.ctx.actions.record(
             state.uid, [ComputeDomainTornDown(state.uid, meta["namespace"], meta["name"])]
         )
         log.info("ComputeDomain torn down")
