@@ -23,7 +23,9 @@ The simulated API server runs in this process; phases 2 and 3 run the controller
 without a client-side rate limit (--kube-api-qps 0), with its event log in a SQLite file (as deployed) or in
 memory. Results go to bench/results/controller-<UTC time>.json.
 Run: `.venv/bin/python -m bench.controller [--domains N] [--phases lifecycle,scale-out,readiness]
-[--event-log sqlite|memory] [--controller-args '--workers 16'] [--sample PATH] [--profile PATH]`.
+[--event-log sqlite|memory] [--controller-args '--workers 16'] [--controller-source DIR] [--sample PATH]
+[--profile PATH]`; `--controller-source` runs another checkout's controller (bench/fromsource.py) against the
+same simulated server, for before and after figures.
 """
 
 from __future__ import annotations
@@ -378,6 +380,7 @@ async def lifecycle(
     sample: Path | None = None,
     event_log: str = "sqlite",
     extra_args: tuple[str, ...] = (),
+    source: Path | None = None,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="cdctl-bench-"))
     async with ApiServer(settings=ServerSettings(history_window=200_000)) as server:
@@ -398,6 +401,7 @@ async def lifecycle(
             namespace=DRIVER_NAMESPACE,
             profile=profile,
             extra_args=extra_args,
+            source=source,
             env={"SSL_CERT_FILE": str(work / "none.pem"), "SSL_CERT_DIR": str(work)},
         )
         spy = await sampled(controller, sample) if sample is not None else None
@@ -427,6 +431,7 @@ async def lifecycle(
         "peak_rss_mib": peak,
         "event_log": event_log,
         "controller_args": list(extra_args),
+        "controller_source": str(source) if source is not None else "this tree",
         "events": events_per_domain(db, domains) if event_log == "sqlite" else None,
         "log_lines_per_domain": round(log_lines / domains, 2),
         "profiled": profile is not None or sample is not None,
@@ -502,6 +507,7 @@ async def main(
     profile: Path | None,
     sample: Path | None = None,
     extra_args: tuple[str, ...] = (),
+    source: Path | None = None,
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "benchmark": "controller",
@@ -516,7 +522,7 @@ async def main(
         },
     }
     if "lifecycle" in phases:
-        result["lifecycle"] = await lifecycle(domains, profile, sample, event_log, extra_args)
+        result["lifecycle"] = await lifecycle(domains, profile, sample, event_log, extra_args, source)
     if phases & {"scale-out", "readiness"}:
         result["in_process"] = await in_process(domains, event_log, phases)
     result["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
@@ -533,12 +539,17 @@ if __name__ == "__main__":
     )
     parser.add_argument("--sample", type=Path, default=None, help="record the controller with py-spy")
     parser.add_argument("--controller-args", default="", help="more flags for the lifecycle's controller")
+    parser.add_argument(
+        "--controller-source", type=Path, default=None, help="run the controller from this source tree"
+    )
     args = parser.parse_args()
     chosen = {p.strip() for p in args.phases.split(",") if p.strip()}
     if not chosen <= set(PHASES):
         parser.error(f"unknown phases: {', '.join(sorted(chosen - set(PHASES)))}")
     extra = tuple(args.controller_args.split())
-    result = asyncio.run(main(args.domains, args.event_log, chosen, args.profile, args.sample, extra))
+    result = asyncio.run(
+        main(args.domains, args.event_log, chosen, args.profile, args.sample, extra, args.controller_source)
+    )
     print(json.dumps(result, indent=2))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"controller-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"

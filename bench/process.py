@@ -4,7 +4,7 @@
 waits for `/readyz` (event log replayed, every informer listed once) and then reads, from /proc, what the
 process alone spent: CPU seconds (user + system, children excluded) and peak resident memory (VmHWM). With
 `profile` set the process runs under cProfile (bench/profiled.py: main thread CPU time) and writes its
-statistics there on SIGTERM. Used by
+statistics there on SIGTERM; with `source` it runs another source tree's cdctl (bench/fromsource.py). Used by
 bench/controller.py.
 """
 
@@ -26,7 +26,9 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 STOP_GRACE_S = 60.0
 
 
-def cdctl_argv(profile: Path | None) -> list[str]:
+def cdctl_argv(profile: Path | None, source: Path | None = None) -> list[str]:
+    if source is not None:
+        return [sys.executable, "-m", "bench.fromsource", str(source)]
     if profile is not None:
         return [sys.executable, "-m", "bench.profiled", str(profile)]
     script = Path(sys.executable).parent / "cdctl"
@@ -77,6 +79,7 @@ class ControllerProcess:
         extra_args: tuple[str, ...] = (),
         profile: Path | None = None,
         env: dict[str, str] | None = None,
+        source: Path | None = None,
     ) -> ControllerProcess:
         port = free_port()
         args = [
@@ -95,7 +98,7 @@ class ControllerProcess:
         ]  # fmt: skip
         with log_path.open("ab") as output:
             process = await asyncio.create_subprocess_exec(
-                *cdctl_argv(profile),
+                *cdctl_argv(profile, source),
                 *args,
                 env={**os.environ, **(env or {})},
                 stdin=asyncio.subprocess.DEVNULL,
