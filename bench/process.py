@@ -23,6 +23,7 @@ from pathlib import Path
 import aiohttp
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+REPO = Path(__file__).resolve().parent.parent  # where `-m bench.profiled` and `bench.fromsource` load from
 STOP_GRACE_S = 60.0
 
 
@@ -101,6 +102,7 @@ class ControllerProcess:
                 *cdctl_argv(profile, source),
                 *args,
                 env={**os.environ, **(env or {})},
+                cwd=REPO,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,
