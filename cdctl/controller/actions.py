@@ -63,14 +63,16 @@ class Actions:
     async def pipelined(self) -> AsyncIterator[None]:
         """Writes made one after another, with no read of the view between them (a teardown step): each
         write's outcome shares an append with the next write's intention (one commit per write, not two),
-        and the view has every outcome when the block ends. Each intention is still durable before its
-        write."""
+        and the view has every outcome when the block ends without error. Each intention is still durable
+        before its write."""
         token = _PIPELINED.set(True)
         try:
             yield
         finally:
             _PIPELINED.reset(token)
-            await self.journal.flush()
+        # Only when the writes went through: a failed or cancelled reconcile reads the view no more (and at
+        # shutdown the journal that would resolve the flush is stopping too).
+        await self.journal.flush()
 
     async def record(self, uid: str, events: list[DomainEvent]) -> None:
         """Record events of the domain, in order behind a pipelined write's outcome."""

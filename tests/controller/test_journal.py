@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cdctl.controller import journal as journal_module
-from cdctl.controller.actions import written_change
+from cdctl.controller.actions import Actions, written_change
 from cdctl.controller.journal import Journal
 from cdctl.domain.computedomains import (
     ComputeDomainObserved,
@@ -241,3 +241,35 @@ async def test_the_history_table_gets_every_event_once_whether_held_or_read_back
     finally:
         await h.close()
         await store.close()
+
+
+async def test_a_pipelined_block_that_fails_does_not_wait_on_the_journal() -> None:
+    """Cancelled at shutdown (the journal stopping too), a teardown step must not wait for a flush."""
+    journal = Journal(InMemoryEventStore(), Actor("test"), lambda uid: None)  # its loop never runs
+    actions = Actions(None, journal, None)  # type: ignore[arg-type]  # no request is made
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(5):
+            async with actions.pipelined():
+                raise asyncio.CancelledError
+
+
+async def test_pipelined_outcomes_share_an_append_with_the_next_intention() -> None:
+    store = InMemoryEventStore()
+    h = Harness(store)
+    actions = Actions(None, h.journal, None)  # type: ignore[arg-type]
+    async with actions.pipelined():
+        await actions.record(UID, [DomainActionIntended(UID, "delete", "DaemonSet", "drv", "a")])
+        outcome = DomainActionSucceeded(UID, "delete", "DaemonSet", "drv", "a")
+        await h.journal.observe_written(COMPUTE_DOMAINS, cd("3"), Change.MODIFIED, (UID, outcome), wait=False)
+        await actions.record(UID, [DomainActionIntended(UID, "delete", "DaemonSet", "drv", "b")])
+    events = await store.read_stream(f"domain/{UID}")
+    assert len({e.recorded_at for e in events[1:]}) == 1  # a's outcome and b's intention: one append
+    types = [(e.type, e.data.get("name")) for e in events]
+    assert types == [
+        ("DomainActionIntended", "a"),
+        ("DomainActionSucceeded", "a"),
+        ("ComputeDomainObserved", "cd"),
+        ("DomainActionIntended", "b"),
+    ]
+    assert h.view.domain(UID).cd is not None  # the block's end waited until the view had every outcome
+    await h.close()
