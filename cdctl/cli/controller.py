@@ -219,10 +219,10 @@ async def serve(settings: ControllerSettings) -> None:
 @option(
     "--workers",
     envvar="CONTROLLER_WORKERS",
-    default=16,
+    default=64,
     show_default=True,
     type=click.IntRange(min=1),
-    help="ComputeDomains reconciled in parallel.",
+    help="ComputeDomains reconciled in parallel (their event-log writes share commits).",
 )
 @option(
     "--cleanup-interval",

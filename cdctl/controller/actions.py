@@ -1,21 +1,27 @@
 """API writes made on behalf of a ComputeDomain, each one an intention and an outcome in its event stream.
 
 Every write first records `DomainActionIntended` (durable before the call), then performs it, then records
-`DomainActionSucceeded` or `DomainActionFailed`, and feeds the object the API returned back through the
-journal so the view reflects the write at once. API errors are mapped to the typed errors the work queue
-understands: conflicts and server or transport failures are retriable, invalid or forbidden requests are
-permanent. Each outcome is logged too (inside the reconcile, so the line names the domain). Used by every
-reconciler module of this package.
+`DomainActionSucceeded` or `DomainActionFailed`; a success in one append with the object the API returned,
+fed back through the journal so the view reflects the write at once (as deleted, when the write removed the
+last finalizer of an object being deleted: teardown need not wait for the watch to see it go). API errors
+are mapped to the typed errors the work queue understands: conflicts and server or transport failures are
+retriable, invalid or forbidden requests are permanent. A failure is logged as a warning (inside the
+reconcile, so the line names the domain); a success at debug verbosity, and in the reconcile's `WRITES`
+list, which the reconciler logs as one line (a line per write cost as much CPU as the write; the event log
+records each one anyway). Used by every reconciler module of this package.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
 
 from cdctl.controller.journal import Journal
+from cdctl.controller.observations import PATCHED_FINALIZERS
 from cdctl.domain.computedomains import DomainActionFailed, DomainActionIntended, DomainActionSucceeded
 from cdctl.domain.errors import PermanentError, RetriableError
 from cdctl.domain.events import DomainEvent
@@ -27,6 +33,18 @@ from cdctl.k8s.rest import KubeApi
 
 log = structlog.get_logger(__name__)
 JsonObject = dict[str, Any]
+# The writes of the reconcile running in this task, for its one log line (None outside a reconcile).
+WRITES: ContextVar[list[str] | None] = ContextVar("cdctl_controller_writes", default=None)
+# Inside `Actions.pipelined()`: a write's outcome is not waited for; the next intention, recorded behind it
+# in the same append, or the block's end, waits for both.
+_PIPELINED: ContextVar[bool] = ContextVar("cdctl_controller_pipelined", default=False)
+
+
+def written_change(obj: JsonObject) -> Change:
+    """What a write's answer tells of the object: DELETED when it is being deleted and has no finalizer left
+    (the API server removes it in the same write), else MODIFIED."""
+    meta = obj.get("metadata") or {}
+    return Change.DELETED if meta.get("deletionTimestamp") and not meta.get("finalizers") else Change.MODIFIED
 
 
 def typed(exc: KubeApiError, what: str) -> RetriableError | PermanentError:
@@ -41,17 +59,61 @@ class Actions:
         self.journal = journal
         self.recorder = recorder
 
+    @asynccontextmanager
+    async def pipelined(self) -> AsyncIterator[None]:
+        """Writes made one after another, with no read of the view between them (a teardown step): each
+        write's outcome shares an append with the next write's intention (one commit per write, not two),
+        and the view has every outcome when the block ends without error. Each intention is still durable
+        before its write."""
+        token = _PIPELINED.set(True)
+        try:
+            yield
+        finally:
+            _PIPELINED.reset(token)
+        # Only when the writes went through: a failed or cancelled reconcile reads the view no more (and at
+        # shutdown the journal that would resolve the flush is stopping too).
+        await self.journal.flush()
+
+    async def record(self, uid: str, events: list[DomainEvent]) -> None:
+        """Record events of the domain, in order behind a pipelined write's outcome."""
+        if _PIPELINED.get():
+            await self.journal.record_queued(uid, events)
+        else:
+            await self.journal.record(uid, events)
+
     async def _intend(self, uid: str, action: str, resource: ResourceType, namespace: str, name: str) -> None:
-        await self.journal.record(uid, [DomainActionIntended(uid, action, resource.kind, namespace, name)])
+        await self.record(uid, [DomainActionIntended(uid, action, resource.kind, namespace, name)])
+
+    def _success(
+        self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
+    ) -> DomainActionSucceeded:
+        target = f"{namespace}/{name}" if namespace else name
+        log.debug(action, kind=resource.kind, object=target, detail=detail)
+        writes = WRITES.get()
+        if writes is not None:
+            writes.append(f"{action} {resource.kind} {target}{f' ({detail})' if detail else ''}")
+        return DomainActionSucceeded(uid, action, resource.kind, namespace, name, detail)
 
     async def _succeeded(
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
     ) -> None:
-        log.info(
-            action, kind=resource.kind, object=f"{namespace}/{name}" if namespace else name, detail=detail
-        )
-        await self.journal.record(
-            uid, [DomainActionSucceeded(uid, action, resource.kind, namespace, name, detail)]
+        """Record a success that returned no object to ingest."""
+        await self.record(uid, [self._success(uid, action, resource, namespace, name, detail)])
+
+    async def _succeeded_with(
+        self,
+        uid: str,
+        action: str,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        answer: JsonObject,
+        change: Change,
+    ) -> None:
+        """Record a success and the object the API answered with, in one append."""
+        outcome = self._success(uid, action, resource, namespace, name)
+        await self.journal.observe_written(
+            resource, answer, change, (uid, outcome), wait=not _PIPELINED.get()
         )
 
     async def _failed(
@@ -59,7 +121,7 @@ class Actions:
     ) -> None:
         target = f"{namespace}/{name}" if namespace else name
         log.warning(f"{action} failed", kind=resource.kind, object=target, error=str(exc))
-        await self.journal.record(
+        await self.record(
             uid, [DomainActionFailed(uid, action, resource.kind, namespace, name, str(exc), exc.retriable)]
         )
 
@@ -95,8 +157,7 @@ class Actions:
         except KubeApiError as exc:
             await self._failed(uid, "create", resource, namespace, name, exc)
             raise typed(exc, f"create {resource.kind} {namespace}/{name}") from exc
-        await self._succeeded(uid, "create", resource, namespace, name)
-        await self.journal.observe_written(resource, created, Change.ADDED)
+        await self._succeeded_with(uid, "create", resource, namespace, name, created, Change.ADDED)
         return created
 
     async def replace(
@@ -104,10 +165,21 @@ class Actions:
     ) -> JsonObject | None:
         """PUT `body` (its resourceVersion guards against lost updates); None when the object is gone."""
         namespace, name = body["metadata"].get("namespace"), str(body["metadata"]["name"])
-        path = resource.object_path(namespace, name, subresource)
-        return await self._modify(
-            uid, action, resource, namespace, name, lambda: self.api.replace(path, body)
-        )
+        await self._intend(uid, action, resource, namespace or "", name)
+        try:
+            replaced = await self.api.replace(resource.object_path(namespace, name, subresource), body)
+        except NotFoundError:
+            await self._succeeded(uid, action, resource, namespace or "", name, "gone")
+            return None
+        except ConflictError as exc:
+            await self._failed(uid, action, resource, namespace or "", name, exc)
+            raise RetriableError(f"{action} {resource.kind} {namespace}/{name}: {exc}", delay=0.0) from exc
+        except KubeApiError as exc:
+            await self._failed(uid, action, resource, namespace or "", name, exc)
+            raise typed(exc, f"{action} {resource.kind} {namespace}/{name}") from exc
+        change = written_change(replaced)
+        await self._succeeded_with(uid, action, resource, namespace or "", name, replaced, change)
+        return replaced
 
     async def merge_patch(
         self,
@@ -120,25 +192,9 @@ class Actions:
     ) -> JsonObject | None:
         """Merge-patch one object (a resourceVersion in `patch` guards against lost updates, as `replace`
         does); None when the object is gone."""
-        path = resource.object_path(namespace, name)
-        return await self._modify(
-            uid, action, resource, namespace, name, lambda: self.api.merge_patch(path, patch)
-        )
-
-    async def _modify(
-        self,
-        uid: str,
-        action: str,
-        resource: ResourceType,
-        namespace: str | None,
-        name: str,
-        call: Callable[[], Awaitable[JsonObject]],
-    ) -> JsonObject | None:
-        """Record the intention, run the write `call`, record its outcome: a conflict is retried at once, a
-        gone object is a success with detail "gone" (None), other errors are typed."""
         await self._intend(uid, action, resource, namespace or "", name)
         try:
-            written = await call()
+            patched = await self.api.merge_patch(resource.object_path(namespace, name), patch)
         except NotFoundError:
             await self._succeeded(uid, action, resource, namespace or "", name, "gone")
             return None
@@ -148,9 +204,9 @@ class Actions:
         except KubeApiError as exc:
             await self._failed(uid, action, resource, namespace or "", name, exc)
             raise typed(exc, f"{action} {resource.kind} {namespace}/{name}") from exc
-        await self._succeeded(uid, action, resource, namespace or "", name)
-        await self.journal.observe_written(resource, written, Change.MODIFIED)
-        return written
+        change = written_change(patched)
+        await self._succeeded_with(uid, action, resource, namespace or "", name, patched, change)
+        return patched
 
     async def set_finalizer(
         self,
@@ -161,7 +217,8 @@ class Actions:
         finalizer: str,
         present: bool,
     ) -> None:
-        """Add (`present`) or remove `finalizer` with an update guarded by resourceVersion; gone is done."""
+        """Add (`present`) or remove `finalizer` with an update guarded by resourceVersion (a merge patch
+        guarded by it for the kinds kept without their spec); gone is done."""
         body = self.journal.cached(resource, namespace, name)
         if body is None:
             body = await self.get(resource, namespace, name)
@@ -171,8 +228,13 @@ class Actions:
         if (finalizer in finalizers) == present:
             return
         finalizers = [*finalizers, finalizer] if present else [f for f in finalizers if f != finalizer]
-        updated = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
         action = "add-finalizer" if present else "remove-finalizer"
+        if resource.kind in PATCHED_FINALIZERS:  # kept without its spec: no whole object to write back
+            rv = body["metadata"].get("resourceVersion")
+            patch = {"metadata": {"resourceVersion": rv, "finalizers": finalizers}}
+            await self.merge_patch(uid, action, resource, namespace, name, patch)
+            return
+        updated = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
         await self.replace(uid, action, resource, updated)
 
     async def delete(self, uid: str, resource: ResourceType, namespace: str | None, name: str) -> bool:
@@ -186,7 +248,10 @@ class Actions:
         except KubeApiError as exc:
             await self._failed(uid, "delete", resource, namespace or "", name, exc)
             raise typed(exc, f"delete {resource.kind} {namespace}/{name}") from exc
-        await self._succeeded(uid, "delete", resource, namespace or "", name)
         if answer.get("kind") != "Status" and answer.get("metadata", {}).get("deletionTimestamp"):
-            await self.journal.observe_written(resource, answer, Change.MODIFIED)
+            await self._succeeded_with(
+                uid, "delete", resource, namespace or "", name, answer, Change.MODIFIED
+            )
+        else:
+            await self._succeeded(uid, "delete", resource, namespace or "", name)
         return True

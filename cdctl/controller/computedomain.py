@@ -4,7 +4,8 @@ Live domain: finalizer, then (driver-managed mode) the daemon template and Daemo
 template, then cliques and status. Deleting domain, in the reference's order, each step idempotent: delete the
 workload template; delete the daemon templates and DaemonSets in every namespace; remove the node labels;
 remove the workload template's finalizer and wait until it is gone; remove the daemon templates' and
-DaemonSets' finalizers and wait until they are gone; delete the cliques; remove the domain's finalizer. A
+DaemonSets' finalizers and wait until they are gone; delete the cliques; remove the domain's finalizer
+(writes with no read of the view between them are pipelined: cdctl.controller.actions). A
 domain that no longer exists but left objects behind (an orphan, found by the sweep) gets the same teardown
 without the last step. Under HostManagedIMEX the host's nvidia-imex owns the IMEX domain: a live domain gets
 its finalizer, the workload template and `status.status=Ready` (admitted, nothing more); teardown deletes the
@@ -19,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from cdctl.controller.actions import WRITES
 from cdctl.controller.clique import Cliques
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.daemonset import DaemonSets
@@ -26,7 +28,12 @@ from cdctl.controller.nodes import NodeLabels
 from cdctl.controller.resourceclaimtemplate import ClaimTemplateConflict, ClaimTemplates
 from cdctl.controller.status import Status
 from cdctl.controller.view import DomainState
-from cdctl.domain.computedomains import FINALIZER, TARGET_WORKLOAD, ComputeDomainTornDown
+from cdctl.domain.computedomains import (
+    FINALIZER,
+    TARGET_WORKLOAD,
+    ComputeDomainObserved,
+    ComputeDomainTornDown,
+)
 from cdctl.domain.errors import RetriableError
 from cdctl.k8s.resources import COMPUTE_DOMAINS
 
@@ -51,24 +58,36 @@ class ComputeDomainReconciler:
     async def reconcile(self, uid: str) -> None:
         state = self.ctx.view.domain(uid)
         cd_summary = state.cd
+        writes: list[str] = []
+        token = WRITES.set(writes)
         with structlog.contextvars.bound_contextvars(
             namespace=cd_summary.namespace if cd_summary else None,
             name=cd_summary.name if cd_summary else None,
             uid=uid,
         ):
-            if cd_summary is None:
-                if not state.empty:
-                    log.info("tearing down the objects of a ComputeDomain that no longer exists")
-                    await self.teardown(state, None)
-                return
-            cd = self.ctx.journal.cached(COMPUTE_DOMAINS, cd_summary.namespace, cd_summary.name)
-            if cd is None or cd.get("metadata", {}).get("uid") != uid:
-                raise RetriableError("ComputeDomain not in the object cache yet", delay=0.5)
-            if cd_summary.deleting:
-                if FINALIZER in cd_summary.finalizers:
-                    await self.teardown(state, cd)
-                return
-            await self.apply(state, cd)
+            try:
+                await self._reconcile(uid, state, cd_summary)
+            finally:
+                WRITES.reset(token)
+                if writes:
+                    log.info("ComputeDomain reconciled", writes=writes)
+
+    async def _reconcile(
+        self, uid: str, state: DomainState, cd_summary: ComputeDomainObserved | None
+    ) -> None:
+        if cd_summary is None:
+            if not state.empty:
+                log.info("tearing down the objects of a ComputeDomain that no longer exists")
+                await self.teardown(state, None)
+            return
+        cd = self.ctx.journal.cached(COMPUTE_DOMAINS, cd_summary.namespace, cd_summary.name)
+        if cd is None or cd.get("metadata", {}).get("uid") != uid:
+            raise RetriableError("ComputeDomain not in the object cache yet", delay=0.5)
+        if cd_summary.deleting:
+            if FINALIZER in cd_summary.finalizers:
+                await self.teardown(state, cd)
+            return
+        await self.apply(state, cd)
 
     async def apply(self, state: DomainState, cd: JsonObject) -> None:
         if FINALIZER not in (state.cd.finalizers if state.cd else []):
@@ -107,18 +126,21 @@ class ComputeDomainReconciler:
             await self._teardown_host_managed(state, cd)
             return
         uid = state.uid
-        await self.templates.delete(state, TARGET_WORKLOAD)
-        await self.daemon_sets.delete(state)
-        await self.node_labels.remove(uid)
+        async with self.ctx.actions.pipelined():
+            await self.templates.delete(state, TARGET_WORKLOAD)
+            await self.daemon_sets.delete(state)
+        await self.node_labels.remove(state)
         state = self.ctx.view.domain(uid)
         await self.templates.remove_finalizers(state, TARGET_WORKLOAD)
         state = self.ctx.view.domain(uid)
         self._assert_gone(self.templates.remaining(state, TARGET_WORKLOAD), "workload ResourceClaimTemplate")
-        await self.daemon_sets.remove_finalizers(state)
+        async with self.ctx.actions.pipelined():
+            await self.daemon_sets.remove_finalizers(state)
         state = self.ctx.view.domain(uid)
         self._assert_gone(self.daemon_sets.remaining(state), "daemon objects")
-        await self.cliques.delete_all(state)
-        await self._release(state, cd)
+        async with self.ctx.actions.pipelined():
+            await self.cliques.delete_all(state)
+            await self._release(state, cd)
 
     async def _teardown_host_managed(self, state: DomainState, cd: JsonObject | None) -> None:
         """HostManagedIMEX: only the workload template was made, so only it is deleted and waited for."""
@@ -138,7 +160,7 @@ class ComputeDomainReconciler:
         await self.ctx.actions.set_finalizer(
             state.uid, COMPUTE_DOMAINS, meta["namespace"], meta["name"], FINALIZER, False
         )
-        await self.ctx.journal.record(
+        await self.ctx.actions.record(
             state.uid, [ComputeDomainTornDown(state.uid, meta["namespace"], meta["name"])]
         )
         log.info("ComputeDomain torn down")

@@ -5,25 +5,31 @@ object's (uid, resourceVersion) so the store records it once). Each batch the st
 controller's projection (cdctl.controller.view, the pure fold of the cdctl.projections contract) before
 `on_change` enqueues the domains concerned; observations of one object all pass through the one ingest
 loop, so they fold in log order. With a log file, the shared ProjectionRunner keeps its `domain_history`
-table (for `cdctl sql` and `cdctl verify`) exactly once, in the background. The objects themselves are kept
-in an object cache for request bodies. A write's response is ingested the same way (`observe_written`), so
-the controller reads its own writes at once and the watch event that follows is a duplicate. Without a log
-file the events go to an in-memory store (tests and demos: it only grows). With a log file the projection
-is snapshotted every `SNAPSHOT_EVERY` events, and `replay` starts from the latest snapshot.
+table (for `cdctl sql` and `cdctl verify`) exactly once, in the background, from the events as appended.
+The objects themselves are kept in an object cache for request bodies. A write's response is ingested the
+same way (`observe_written`), with the write's outcome in the same append, so the controller reads its own
+writes at once and the watch event that follows is a duplicate (whose object then replaces the answer's in
+the cache: the informer holds that copy anyway, so one copy of each object is kept); a write that removed
+the last finalizer of an object being deleted is ingested as its deletion (the API server deletes it in that
+same write), so the watch's MODIFIED and DELETED that follow are both duplicates. Without a log file the
+events go to an in-memory store (tests and demos: it only grows). With a log file the projection is
+snapshotted every `SNAPSHOT_EVERY` events, and `replay` starts from the latest snapshot.
 Used by cdctl.controller.manager (observations) and cdctl.controller.actions (actions).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from cdctl.controller.observations import domain_uid_of, to_event
+from cdctl.controller.observations import domain_uid_of, kept_form, to_event
 from cdctl.controller.view import OBSERVATIONS, DomainProjection, DomainView
 from cdctl.domain.computedomains import domain_stream
-from cdctl.domain.events import Actor, DomainEvent, NewEvent, ObservedVersion
+from cdctl.domain.events import Actor, DomainEvent, NewEvent, ObservedVersion, RecordedEvent
 from cdctl.k8s.informer import Change, Observation, is_stale
 from cdctl.k8s.resources import ResourceType
 from cdctl.projections.base import Key, Row
@@ -38,8 +44,18 @@ JsonObject = dict[str, Any]
 HISTORY_QUIET_S = 1.0
 SNAPSHOT_EVERY = 50_000
 TOMBSTONES = 10_000
-HISTORY_MAX_LAG = 100_000
+HISTORY_BATCH = 2_000  # appended events kept for the history table: written once this many wait
 CacheKey = tuple[str, str, str]  # plural, namespace, name
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An observation waiting to be recorded, with its waiter and the outcome of the write it answers."""
+
+    observation: Observation | None
+    done: asyncio.Future[None] | None = None
+    outcome: tuple[str, DomainEvent] | None = None  # (domain uid, event), appended just before it
+    events: Sequence[tuple[str, DomainEvent]] = ()  # (domain uid, event) recorded in order (`record_queued`)
 
 
 class Journal:
@@ -60,10 +76,12 @@ class Journal:
         self._objects: dict[CacheKey, JsonObject] = {}
         self._versions: dict[str, str] = {}
         self._tombstones: OrderedDict[str, str] = OrderedDict()  # uid -> resourceVersion of its deletion
-        self._pending: list[tuple[Observation | None, asyncio.Future[None] | None]] = []
+        self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
         self.recorded = 0
         self._last_append = 0.0
+        self._unrecorded: list[RecordedEvent] = []  # appended here, not yet in the history table
+        self._history_due = asyncio.Event()
         self.replayed = 0
 
     async def replay(self) -> int:
@@ -103,28 +121,48 @@ class Journal:
 
     def observe(self, observation: Observation) -> None:
         """Queue an informer observation (recorded and folded by `run`)."""
-        self._pending.append((observation, None))
+        self._pending.append(_Pending(observation))
         self._wake.set()
 
-    async def observe_written(self, resource: ResourceType, obj: JsonObject, change: Change) -> None:
-        """Ingest the object a write returned and wait until the view has it."""
+    async def observe_written(
+        self,
+        resource: ResourceType,
+        obj: JsonObject,
+        change: Change,
+        outcome: tuple[str, DomainEvent] | None = None,
+        *,
+        wait: bool = True,
+    ) -> None:
+        """Ingest the object a write returned and wait until the view has it (unless not `wait`: then a
+        later `record_queued` or `flush` waits for it). `outcome` (domain uid, event), the write's own
+        outcome, is appended just before it, in the same append."""
+        obj = kept_form(resource.kind, obj)
         obj.setdefault("apiVersion", resource.api_version)
         obj.setdefault("kind", resource.kind)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((Observation(resource, change, obj), done))
+        self._pending.append(_Pending(Observation(resource, change, obj), done, outcome))
         self._wake.set()
-        await done
+        if wait:
+            await done
 
     async def flush(self) -> None:
         """Wait until everything observed so far is recorded and folded."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((None, done))
+        self._pending.append(_Pending(None, done))
         self._wake.set()
         await done
 
     async def record(self, domain_uid: str, events: Sequence[DomainEvent]) -> None:
         """Append the controller's own events (intentions, outcomes) to the domain's stream and fold them."""
         await self._append([(domain_uid, event, None) for event in events])
+
+    async def record_queued(self, domain_uid: str, events: Sequence[DomainEvent]) -> None:
+        """`record`, in order behind what was queued before it (a write's outcome not waited for), in the
+        same append: one commit for the last write's outcome and the next write's intention."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(None, done, events=[(domain_uid, event) for event in events]))
+        self._wake.set()
+        await done
 
     async def run(self) -> None:
         """Write queued observations in batches, and keep the history table, until cancelled."""
@@ -134,25 +172,33 @@ class Journal:
             group.create_task(self._write_observations())
 
     async def _keep_history(self, history: ProjectionRunner) -> None:
-        """Follow the log with the history table when the journal has been quiet for `HISTORY_QUIET_S`.
+        """Follow the log with the history table when the journal has been quiet for `HISTORY_QUIET_S`, or
+        once `HISTORY_BATCH` events wait.
 
         Keeping the table costs about as much CPU per event as deciding on it, so a burst (a thousand domains
-        created at once) is handled first and recorded in the table a moment later; a backlog beyond
-        `HISTORY_MAX_LAG` events is caught up regardless.
+        created at once) is handled first and recorded in the table a little later. The events this journal
+        appended are folded as they were returned (reading them back from the file cost as much again);
+        what it did not append itself, or no longer holds, is read back.
         """
         while True:
             await self.store.wait_beyond(history.position)
-            await self._quiet_or_lagging(history)
-            await history.catch_up()
+            await self._quiet_or_due()
+            self._history_due.clear()
+            held, self._unrecorded = self._unrecorded, []
+            held = sorted((e for e in held if e.position > history.position), key=lambda e: e.position)
+            if held and all(e.position == history.position + 1 + i for i, e in enumerate(held)):
+                await history.apply(held)
+            else:
+                await history.catch_up()
 
-    async def _quiet_or_lagging(self, history: ProjectionRunner) -> None:
+    async def _quiet_or_due(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            if loop.time() - self._last_append >= HISTORY_QUIET_S:
+        while not self._history_due.is_set():
+            quiet_for = loop.time() - self._last_append
+            if quiet_for >= HISTORY_QUIET_S:
                 return
-            if self.store.head() - history.position >= HISTORY_MAX_LAG:
-                return
-            await asyncio.sleep(HISTORY_QUIET_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._history_due.wait(), HISTORY_QUIET_S - quiet_for)
 
     async def _write_observations(self) -> None:
         while True:
@@ -162,9 +208,9 @@ class Journal:
             try:
                 await self._ingest(batch)
             finally:
-                for _, done in batch:
-                    if done is not None and not done.done():
-                        done.set_result(None)
+                for pending in batch:
+                    if pending.done is not None and not pending.done.done():
+                        pending.done.set_result(None)
 
     def forget_missing(
         self, resource: ResourceType, namespace: str | None, present: Iterable[str], listed_at: str = ""
@@ -193,7 +239,7 @@ class Journal:
                         "labels": {"resource.nvidia.com/computeDomain": state.uid},
                     }
                 }
-                self._pending.append((Observation(resource, Change.DELETED, gone), None))
+                self._pending.append(_Pending(Observation(resource, Change.DELETED, gone)))
             if resource.kind == "ComputeDomain" and state.cd is not None and state.cd.uid not in present_uids:
                 cd = state.cd
                 gone = {
@@ -204,16 +250,22 @@ class Journal:
                         "resourceVersion": cd.resource_version,
                     }
                 }
-                self._pending.append((Observation(resource, Change.DELETED, gone), None))
+                self._pending.append(_Pending(Observation(resource, Change.DELETED, gone)))
         self._wake.set()
 
-    async def _ingest(self, batch: list[tuple[Observation | None, asyncio.Future[None] | None]]) -> None:
+    async def _ingest(self, batch: list[_Pending]) -> None:
         entries: list[tuple[str, DomainEvent, ObservedVersion | None]] = []
-        for observation, _ in batch:
+        for pending in batch:
+            observation = pending.observation
+            entries.extend((uid, event, None) for uid, event in pending.events)
+            if pending.outcome is not None:
+                entries.append((*pending.outcome, None))
             if observation is None:
                 continue
             key = (observation.resource.plural, observation.namespace or "", observation.name)
             if observation.change == Change.DELETED:
+                if observation.uid in self._tombstones:
+                    continue  # its deletion is recorded already (a write's answer said so before the watch)
                 current = self._objects.get(key)
                 if current is not None and current.get("metadata", {}).get("uid") == observation.uid:
                     del self._objects[key]
@@ -224,6 +276,8 @@ class Journal:
             else:
                 known = self._versions.get(observation.uid) or self._tombstones.get(observation.uid)
                 if known is not None and is_stale(known, observation.resource_version):
+                    if known == observation.resource_version:
+                        self._share(key, observation)
                     continue  # a duplicate, or a write's response arriving after the object's deletion
                 self._versions[observation.uid] = observation.resource_version
                 self._objects[key] = observation.obj
@@ -236,6 +290,18 @@ class Journal:
             entries.append((uid, to_event(observation, uid), observed))
         await self._append(entries)
 
+    def _share(self, key: CacheKey, duplicate: Observation) -> None:
+        """The watch's copy of the version cached from a write's answer: cache the watch's (the informer
+        keeps it anyway), so one copy of each object is held, not two."""
+        cached = self._objects.get(key)
+        if cached is None or cached is duplicate.obj:
+            return
+        if (cached.get("metadata") or {}).get("uid") != duplicate.uid:
+            return
+        duplicate.obj.setdefault("apiVersion", duplicate.resource.api_version)
+        duplicate.obj.setdefault("kind", duplicate.resource.kind)
+        self._objects[key] = duplicate.obj
+
     async def _append(self, entries: list[tuple[str, DomainEvent, ObservedVersion | None]]) -> None:
         if not entries:
             return
@@ -247,6 +313,12 @@ class Journal:
         self._last_append = asyncio.get_running_loop().time()
         written = await self.store.append_batch([StreamAppend(s, events) for s, events in streams.items()])
         self.recorded += len(written)
+        if self.history is not None and written:
+            if len(self._unrecorded) >= 2 * HISTORY_BATCH:
+                self._unrecorded.clear()  # the table fell behind: it reads these back from the file
+            self._unrecorded.extend(written)
+            if len(self._unrecorded) >= HISTORY_BATCH:
+                self._history_due.set()
         fold_into(self.projection, self.rows, written)
         if written:
             await self._snapshot_if_due(written[-1].position)

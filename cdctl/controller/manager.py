@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 import structlog
@@ -32,6 +33,7 @@ from cdctl.controller.http import HttpEndpoint
 from cdctl.controller.journal import Journal
 from cdctl.controller.leader import LeaderElector
 from cdctl.controller.metrics import ControllerMetrics
+from cdctl.controller.observations import kept_form
 from cdctl.controller.queue import KeyedQueue, Outcome
 from cdctl.controller.rackdomains import RackDomains
 from cdctl.controller.settings import ControllerSettings
@@ -99,8 +101,9 @@ class ControllerManager:
             resource: ResourceType, namespace: str | None = None, selector: str | None = None
         ) -> Informer:
             return Informer(
-                self.api, resource, namespace=namespace, label_selector=selector, watch_timeout_s=timeout
-            )
+                self.api, resource, namespace=namespace, label_selector=selector, watch_timeout_s=timeout,
+                transform=partial(kept_form, resource.kind),
+            )  # fmt: skip
 
         informers = [
             informer(COMPUTE_DOMAINS),

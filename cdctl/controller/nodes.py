@@ -1,17 +1,21 @@
 """Node labels of a ComputeDomain: on teardown, remove `resource.nvidia.com/computeDomain=<uid>` from nodes.
 
 The kubelet plugin labels a node when it prepares a channel; the controller removes the labels when the
-domain goes. The nodes are listed from the API (not the view), as the Go driver does, so a label the watch
-has not delivered yet is not missed. Each label goes by a merge patch of that one label, guarded by the
-listed resourceVersion (a node changed since answers 409 and the teardown retries), so the controller's role
-needs `patch` on Nodes, not `update` of the whole object. Called by cdctl.controller.computedomain (teardown
-and orphan sweep).
+domain goes. When the view knows of a node labelled for the domain, the nodes are listed from the API, as
+the Go driver does, so a label the watch has not delivered yet is not missed; when it knows of none (the
+domain's daemons never ran: most domains) the list is skipped, and a label the watch delivers after the
+teardown puts that node in the view of a domain that no longer exists, which the orphan teardown clears
+the same way. Each label goes by a merge patch of that one label, guarded by the listed resourceVersion (a
+node changed since answers 409 and the teardown retries), so the controller's role needs `patch` on Nodes,
+not `update` of the whole object. Called by cdctl.controller.computedomain (teardown and orphan sweep).
 """
 
 from __future__ import annotations
 
 from cdctl.controller.actions import typed
 from cdctl.controller.context import ReconcileContext
+from cdctl.controller.observations import KIND_NODE
+from cdctl.controller.view import DomainState
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.k8s.errors import KubeApiError
 from cdctl.k8s.resources import NODES
@@ -21,8 +25,11 @@ class NodeLabels:
     def __init__(self, ctx: ReconcileContext) -> None:
         self.ctx = ctx
 
-    async def remove(self, uid: str) -> int:
+    async def remove(self, state: DomainState) -> int:
         """Remove the domain's label from every node carrying it; how many nodes were changed."""
+        uid = state.uid
+        if not state.of_kind(KIND_NODE):
+            return 0
         try:
             listing = await self.ctx.api.list_objects(
                 NODES.collection_path(), label_selector=f"{LABEL_COMPUTE_DOMAIN}={uid}"

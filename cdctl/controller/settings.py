@@ -48,7 +48,7 @@ class ControllerSettings:
     log_key_file: str = ""  # the event log's HMAC key (a file); empty: an unkeyed log
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)  # its log's, and the daemons'
     retention_interval_s: float = 3600.0
-    workers: int = 16
+    workers: int = 64  # reconciles in flight: more share each event-log commit (bench/controller)
     cleanup_interval_s: float = 600.0
     watch_timeout_s: int = 300
     batch_window_s: float = 0.1  # changes to one domain within this window are reconciled (and written) once

@@ -9,6 +9,7 @@ turns a recorded event into its typed form at the current version.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +48,31 @@ class DomainEvent:
     SCHEMA_VERSION: ClassVar[int]
 
     def to_data(self) -> JSONDict:
-        return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
+        """The event's fields as JSON data: `dataclasses.asdict`, without its per-value recursion for the
+        scalars most fields hold (it was a twentieth of the controller's CPU)."""
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        return {name: _plain(getattr(self, name)) for name in names}
+
+
+_FIELD_NAMES: dict[type[DomainEvent], tuple[str, ...]] = {}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy of a field's value as `dataclasses.asdict` makes it (dataclasses become dicts)."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple, rebuilt as asdict does
+        return type(value)(*[_plain(v) for v in value])
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return copy.deepcopy(value)
 
 
 _REGISTRY: dict[str, type[DomainEvent]] = {}

@@ -13,14 +13,16 @@ detection (docs/architecture.md section 6), so this loop owns the protocol:
 
 Every emitted observation carries (uid, resourceVersion); an event whose resourceVersion for that uid was
 already emitted is dropped here, so consumers see no duplicates, and the event log deduplicates again on the
-same key. Used by the controller (cdctl.controller.watches) and any other component that follows objects.
+same key. An optional `transform` (as client-go's SetTransform) is applied to every object before it is kept
+and emitted, so that what a consumer never reads (managedFields, a pod's containers) is not held in memory.
+Used by the controller (cdctl.controller.manager) and any other component that follows objects.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -126,6 +128,7 @@ class Informer:
         stall_timeout_s: float | None = None,
         min_backoff_s: float = 0.1,
         max_backoff_s: float = 10.0,
+        transform: Callable[[JsonObject], JsonObject] | None = None,
     ) -> None:
         self.api = api
         self.resource = resource
@@ -136,6 +139,7 @@ class Informer:
         self.stall_timeout_s = stall_timeout_s if stall_timeout_s is not None else watch_timeout_s + 30.0
         self.min_backoff_s = min_backoff_s
         self.max_backoff_s = max_backoff_s
+        self.transform = transform
         self.relists = 0
         self._known: dict[str, JsonObject] = {}
         self._failures = 0
@@ -220,6 +224,8 @@ class Informer:
             return Observation(self.resource, Change.DELETED, _last_state(previous, obj))
         if previous is not None and is_stale(str(previous["metadata"].get("resourceVersion", "")), rv):
             return None
+        if self.transform is not None:
+            obj = self.transform(obj)
         self._known[uid] = obj
         return Observation(self.resource, Change.ADDED if previous is None else Change.MODIFIED, obj)
 

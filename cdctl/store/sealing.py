@@ -120,6 +120,7 @@ def seal(
                 metadata,
                 now,
                 last_hash,
+                data_json,  # as a read returns it: the history table stores this text as it is
             )
             sealed.append(SealedEvent(event, data_json, metadata_json, recorded_at, key))
     chain.head, chain.last_hash = position, last_hash

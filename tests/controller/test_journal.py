@@ -8,17 +8,26 @@ from typing import Any
 
 import pytest
 
+from cdctl.controller import journal as journal_module
+from cdctl.controller.actions import Actions, written_change
 from cdctl.controller.journal import Journal
 from cdctl.controller.view import DomainProjection
-from cdctl.domain.computedomains import ComputeDomainObserved, DomainActionIntended, DomainObjectObserved
+from cdctl.domain.computedomains import (
+    ComputeDomainObserved,
+    DomainActionIntended,
+    DomainActionSucceeded,
+    DomainObjectObserved,
+)
 from cdctl.domain.events import Actor, NewEvent, decode
 from cdctl.k8s.informer import Change, Observation
 from cdctl.k8s.resources import COMPUTE_DOMAINS, PODS
 from cdctl.projections.lifecycle import DomainHistory, lifecycle_projections
 from cdctl.projections.replay import VerifyReport, verify_chain, verify_projections
 from cdctl.projections.sinks import SqliteSink
-from cdctl.store import SqliteEventStore
+from cdctl.store.base import StreamAppend
 from cdctl.store.memory import InMemoryEventStore
+from cdctl.store.sqlite import SqliteEventStore
+from tests.controller.harness import eventually
 from tests.store.compacting import compact_through
 
 UID = "cd-uid-1"
@@ -210,3 +219,95 @@ async def test_after_compaction_replay_resumes_from_the_kept_view(tmp_path: Path
         await verify_chain(store, verified)
         await verify_projections(store, lifecycle_projections(), SqliteSink(store), verified)
     assert verified.ok, verified.problems
+
+
+async def test_a_write_answer_and_its_watch_duplicate_are_one_event_and_one_cached_copy() -> None:
+    store = InMemoryEventStore()
+    h = Harness(store)
+    answer = cd("5")
+    outcome = DomainActionSucceeded(UID, "update-status", "ComputeDomain", "ns", "cd")
+    await h.journal.observe_written(COMPUTE_DOMAINS, answer, Change.MODIFIED, (UID, outcome))
+    watched = cd("5")  # the watch's own decoding of the same version
+    h.journal.observe(Observation(COMPUTE_DOMAINS, Change.MODIFIED, watched))
+    await h.settle()
+    types = [e.type for e in await store.read_stream(f"domain/{UID}")]
+    assert types == ["DomainActionSucceeded", "ComputeDomainObserved"]  # outcome first, in the same append
+    assert h.journal.cached(COMPUTE_DOMAINS, "ns", "cd") is watched
+    await h.close()
+
+
+async def test_a_write_that_removed_the_last_finalizer_of_a_deleting_object_is_its_deletion() -> None:
+    store = InMemoryEventStore()
+    h = Harness(store)
+    h.journal.observe(Observation(COMPUTE_DOMAINS, Change.ADDED, cd("1")))
+    await h.settle()
+    released = cd("7", deleting=True)
+    released["metadata"]["finalizers"] = []
+    await h.journal.observe_written(COMPUTE_DOMAINS, released, written_change(released))
+    assert h.view.domain(UID).cd is None  # gone at once: teardown does not wait for the watch
+    # The watch then reports that version and the deletion: both duplicates, recorded no more.
+    h.journal.observe(Observation(COMPUTE_DOMAINS, Change.MODIFIED, cd("7", deleting=True)))
+    h.journal.observe(Observation(COMPUTE_DOMAINS, Change.DELETED, cd("8", deleting=True)))
+    await h.settle()
+    changes = [decode(e).change for e in await store.read_stream(f"domain/{UID}")]  # type: ignore[attr-defined]
+    assert changes == ["ADDED", "DELETED"]
+    await h.close()
+
+
+async def test_the_history_table_gets_every_event_once_whether_held_or_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module, "HISTORY_QUIET_S", 0.05)
+    monkeypatch.setattr(journal_module, "HISTORY_BATCH", 3)
+    store = await SqliteEventStore.open(tmp_path / "controller.db")
+    h = Harness(store)
+    try:
+        await h.journal.replay()
+        for i in range(5):  # held as appended, written once 3 wait
+            await h.journal.record(UID, [DomainActionIntended(UID, "create", "DaemonSet", "drv", f"ds{i}")])
+        # Another writer's event: not held here, so the table reads it back from the file.
+        other = DomainActionIntended(UID, "create", "DaemonSet", "drv", "other")
+        await store.append_batch([StreamAppend(f"domain/{UID}", [NewEvent.of(other)])])
+        await h.journal.record(UID, [DomainActionIntended(UID, "create", "DaemonSet", "drv", "last")])
+        history = h.journal.history
+        assert history is not None
+        await eventually(lambda: history.position == store.head())
+        rows = await store.query("SELECT position, detail FROM domain_history ORDER BY position")
+        events = await store.read_all()
+        assert [(e.position, e.data_json) for e in events] == [(int(p), d) for p, d in rows]
+        assert len(rows) == 7
+    finally:
+        await h.close()
+        await store.close()
+
+
+async def test_a_pipelined_block_that_fails_does_not_wait_on_the_journal() -> None:
+    """Cancelled at shutdown (the journal stopping too), a teardown step must not wait for a flush."""
+    journal = Journal(InMemoryEventStore(), Actor("test"), lambda uid: None)  # its loop never runs
+    actions = Actions(None, journal, None)  # type: ignore[arg-type]  # no request is made
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(5):
+            async with actions.pipelined():
+                raise asyncio.CancelledError
+
+
+async def test_pipelined_outcomes_share_an_append_with_the_next_intention() -> None:
+    store = InMemoryEventStore()
+    h = Harness(store)
+    actions = Actions(None, h.journal, None)  # type: ignore[arg-type]
+    async with actions.pipelined():
+        await actions.record(UID, [DomainActionIntended(UID, "delete", "DaemonSet", "drv", "a")])
+        outcome = DomainActionSucceeded(UID, "delete", "DaemonSet", "drv", "a")
+        await h.journal.observe_written(COMPUTE_DOMAINS, cd("3"), Change.MODIFIED, (UID, outcome), wait=False)
+        await actions.record(UID, [DomainActionIntended(UID, "delete", "DaemonSet", "drv", "b")])
+    events = await store.read_stream(f"domain/{UID}")
+    assert len({e.recorded_at for e in events[1:]}) == 1  # a's outcome and b's intention: one append
+    types = [(e.type, e.data.get("name")) for e in events]
+    assert types == [
+        ("DomainActionIntended", "a"),
+        ("DomainActionSucceeded", "a"),
+        ("ComputeDomainObserved", "cd"),
+        ("DomainActionIntended", "b"),
+    ]
+    assert h.view.domain(UID).cd is not None  # the block's end waited until the view had every outcome
+    await h.close()

@@ -6,7 +6,7 @@ import pytest
 
 from cdctl.controller.clique import index_changes
 from cdctl.controller.http import parse_endpoint
-from cdctl.controller.observations import pod_is_ready, summarize
+from cdctl.controller.observations import kept_form, pod_is_ready, summarize
 from cdctl.domain.computedomains import CliqueEntryRemoved, CliqueIndexAssigned, DaemonEntry
 
 
@@ -72,3 +72,46 @@ def test_index_changes_name_each_node_that_left_or_got_an_index() -> None:
         CliqueEntryRemoved("u", "c", "a", 0),
         CliqueIndexAssigned("u", "c", "d", 0),
     ]
+
+
+def test_what_is_kept_of_an_object_still_summarizes_the_same() -> None:
+    meta = {
+        "name": "x",
+        "namespace": "drv",
+        "uid": "u",
+        "resourceVersion": "7",
+        "labels": {
+            "resource.nvidia.com/computeDomain": "d",
+            "resource.nvidia.com/computeDomain.cliqueID": "c",
+        },
+        "finalizers": ["f"],
+        "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:status": {}}}],
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"nodeName": "n1", "containers": [{"name": "d", "image": "i", "env": [{"name": "A"}]}]},
+        "status": {
+            "podIP": "10.0.0.1",
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "d", "ready": True}],
+        },
+    }
+    kept = kept_form("Pod", pod)
+    assert summarize("Pod", kept) == summarize("Pod", pod)
+    assert "containers" not in kept["spec"] and "containerStatuses" not in kept["status"]
+    assert "managedFields" not in kept["metadata"] and "managedFields" in pod["metadata"]  # a copy
+    daemon_set = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta, "spec": {"template": {}}}
+    kept = kept_form("DaemonSet", daemon_set)
+    assert "spec" not in kept and summarize("DaemonSet", kept) == summarize("DaemonSet", daemon_set)
+    # The objects the controller writes back whole keep their spec (less managedFields).
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": meta,
+        "spec": {},
+    }
+    assert kept_form("ResourceClaimTemplate", template)["spec"] == {}
+    assert "managedFields" not in kept_form("ResourceClaimTemplate", template)["metadata"]

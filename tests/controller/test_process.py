@@ -71,9 +71,11 @@ async def test_the_command_reconciles_serves_metrics_and_stops_cleanly_on_sigter
         assert process.returncode == 0, stderr.decode()[-2000:]
         lines = stderr.decode().splitlines()
         assert any('"event": "controller manager config"' in line for line in lines)
-        created = [json.loads(line) for line in lines if '"event": "create"' in line]
-        assert {entry["kind"] for entry in created} >= {"DaemonSet", "ResourceClaimTemplate"}
-        assert all((e["namespace"], e["name"]) == (USER_NAMESPACE, "cd1") and e["uid"] for e in created)
+        # One line per reconcile that wrote, naming the domain and each write.
+        reconciled = [json.loads(line) for line in lines if '"event": "ComputeDomain reconciled"' in line]
+        writes = [write.split(" ")[:2] for entry in reconciled for write in entry["writes"]]
+        assert ["create", "DaemonSet"] in writes and ["create", "ResourceClaimTemplate"] in writes
+        assert all((e["namespace"], e["name"]) == (USER_NAMESPACE, "cd1") and e["uid"] for e in reconciled)
         lease = cluster.get(
             "coordination.k8s.io", "leases", DRIVER_NAMESPACE, "nvidia-compute-domain-controller"
         )

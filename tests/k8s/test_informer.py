@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
@@ -179,3 +180,27 @@ async def test_watches_that_end_at_once_are_retried_with_growing_backoff(
     await recorder.stop()
     assert observed._failures >= 3  # the backoff exponent
     assert fake.list_requests == 1  # an empty but clean watch end is no reason to re-list
+
+
+async def test_the_transform_shapes_what_is_kept_and_emitted(
+    collection: tuple[FakeCollection, KubeApi],
+) -> None:
+    fake, api = collection
+    await fake.put("a", "1")
+
+    def transform(obj: dict[str, Any]) -> dict[str, Any]:
+        return {**obj, "data": {"v": obj["data"]["v"] + "!"}}
+
+    recorder = Recorder(Informer(api, CONFIG_MAPS, namespace="default", transform=transform))
+    await recorder.wait_for(1, Synced)
+    await fake.put("a", "2")
+    await recorder.wait_for(2)
+    assert [obj["data"]["v"] for obj in recorder.informer.known()] == ["2!"]
+    await fake.delete("a")
+    await recorder.wait_for(3)
+    await recorder.stop()
+    assert recorder.observations == [
+        (Change.ADDED, "a", "1!"),
+        (Change.MODIFIED, "a", "2!"),
+        (Change.DELETED, "a", "2!"),
+    ]

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from cdctl.sim.apiserver import authn, discovery
@@ -61,7 +62,7 @@ class Target:
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
-    return web.json_response(body, status=status, dumps=json.dumps)
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
 
 def error_response(error: ApiError) -> web.Response:
@@ -274,7 +275,7 @@ class ApiRoutes:
         if request.method == "PATCH":
             return parse_body(raw, content_type), content_type
         try:
-            return json.loads(raw.decode() or "null"), content_type
+            return orjson.loads(raw or b"null"), content_type
         except ValueError as error:
             raise BadRequest(f"error decoding request body: {error}") from error
 

@@ -9,6 +9,8 @@ connect with a service-account token (`write_kubeconfig(path, token=...)`; cdctl
 passes (cdctl.sim.apiserver.policies). `server.audit` lists every request with its user (and bound pod),
 verb, object and response code (cdctl.sim.apiserver.audit). `server.pod_network` routes the pods proxy
 subresource to the local processes that serve each pod's IP and port (cdctl.sim.apiserver.proxy).
+`server.requests` counts the requests answered, by verb, resource and code
+(cdctl.sim.apiserver.requestcounts).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from cdctl.sim.apiserver.faults import FaultPlan
 from cdctl.sim.apiserver.handlers import build_app
 from cdctl.sim.apiserver.proxy import PodNetwork
 from cdctl.sim.apiserver.rbac import Rbac
+from cdctl.sim.apiserver.requestcounts import RequestCounts
 from cdctl.sim.apiserver.settings import ServerSettings
 from cdctl.sim.apiserver.store import ObjectStore
 
@@ -51,6 +54,7 @@ class ApiServer:
         # Every request, with its user, verb, object and code (cdctl.sim.apiserver.audit).
         self.audit = AuditLog(self.settings.audit_limit)
         self.pod_network = PodNetwork()
+        self.requests = RequestCounts()  # summed across restart(), unlike a real server process
         self._runner: web.AppRunner | None = None
         self.restarts = 0
 
@@ -72,6 +76,7 @@ class ApiServer:
         if self.settings.port == 0:
             self.settings.port = _free_port(self.settings.host)
         app = build_app(self.store, self.settings, self.faults, self.rbac, self.audit, self.pod_network)
+        app.on_response_prepare.append(self.requests.on_response_prepare)
         runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.port, reuse_address=True)

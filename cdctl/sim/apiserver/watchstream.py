@@ -9,10 +9,10 @@ event carrying a 410 Expired Status is sent when it is older than the window. `t
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from cdctl.sim.apiserver.conversion import convert
@@ -26,7 +26,7 @@ from cdctl.sim.apiserver.watch import Watcher, WatchEvent
 
 
 def _line(event_type: str, obj: dict[str, Any]) -> bytes:
-    return (json.dumps({"type": event_type, "object": obj}) + "\n").encode()
+    return orjson.dumps({"type": event_type, "object": obj}) + b"\n"
 
 
 def _bookmark(resource_type: ResourceType, resource_version: str) -> bytes:

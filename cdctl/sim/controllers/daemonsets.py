@@ -27,6 +27,12 @@ TEMPLATE_GENERATION_LABEL = "pod-template-generation"
 COMPONENT = "daemonset-controller"
 
 
+def _signature(objects: list[dict[str, Any]]) -> tuple[int, int]:
+    """How many objects and their newest resourceVersion: any create, change or deletion changes it."""
+    newest = max((int(o["metadata"]["resourceVersion"]) for o in objects), default=0)
+    return len(objects), newest
+
+
 def pod_is_ready(pod: dict[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -36,14 +42,28 @@ class DaemonSetController:
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
         self.kinds = (DAEMONSETS, PODS, NODES)
+        # What the last pass synced each DaemonSet against: (its resourceVersion, the pods' and nodes'
+        # signature). A DaemonSet whose own version and the pods and nodes are unchanged needs no pass, as the
+        # real controller syncs only the DaemonSets its informers' events name.
+        self._synced: dict[str, tuple[str, tuple[int, int, int, int]]] = {}
 
     def reconcile(self) -> None:
         daemonsets, _ = self.store.list_objects(self.store.type_of(*DAEMONSETS), copies=False)  # read only
         nodes, _ = self.store.list_objects(self.store.type_of(*NODES), copies=False)
         pods, _ = self.store.list_objects(self.store.type_of(*PODS), copies=False)
+        world = (*_signature(nodes), *_signature(pods))
+        synced: dict[str, tuple[str, tuple[int, int, int, int]]] = {}
         for daemonset in daemonsets:
-            if not daemonset["metadata"].get("deletionTimestamp"):
-                self._sync(daemonset, nodes, pods)
+            meta = daemonset["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            uid, version = str(meta["uid"]), str(meta["resourceVersion"])
+            if self._synced.get(uid) == (version, world):
+                synced[uid] = (version, world)
+            elif self._sync(daemonset, nodes, pods):  # a refused pod is retried at the next pass
+                current = self.store.peek(self.store.type_of(*DAEMONSETS), meta["namespace"], meta["name"])
+                synced[uid] = (str(current["metadata"]["resourceVersion"]), world)  # its own status write
+        self._synced = synced
 
     def _owned(self, daemonset: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
         uid = daemonset["metadata"]["uid"]
@@ -58,7 +78,9 @@ class DaemonSetController:
 
     def _sync(
         self, daemonset: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
-    ) -> None:
+    ) -> bool:
+        """One DaemonSet's pass; False when the API server refused a pod (the pass must be made again)."""
+        complete = True
         pods_type = self.store.type_of(*PODS)
         namespace = daemonset["metadata"]["namespace"]
         template = (daemonset.get("spec") or {}).get("template") or {}
@@ -86,9 +108,11 @@ class DaemonSetController:
             except ApiError as refused:
                 message = f"Error creating: {refused.message}"
                 events.record(self.store, daemonset, "Warning", "FailedCreate", message, COMPONENT)
+                complete = False
                 break
             by_node[node] = [created]
         self._write_status(daemonset, eligible, by_node, generation)
+        return complete
 
     def _pod_for(self, daemonset: dict[str, Any], template: dict[str, Any], node: str) -> dict[str, Any]:
         template_meta = template.get("metadata") or {}
