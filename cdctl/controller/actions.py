@@ -13,7 +13,7 @@ records each one anyway). Used by every reconciler module of this package.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -165,21 +165,10 @@ class Actions:
     ) -> JsonObject | None:
         """PUT `body` (its resourceVersion guards against lost updates); None when the object is gone."""
         namespace, name = body["metadata"].get("namespace"), str(body["metadata"]["name"])
-        await self._intend(uid, action, resource, namespace or "", name)
-        try:
-            replaced = await self.api.replace(resource.object_path(namespace, name, subresource), body)
-        except NotFoundError:
-            await self._succeeded(uid, action, resource, namespace or "", name, "gone")
-            return None
-        except ConflictError as exc:
-            await self._failed(uid, action, resource, namespace or "", name, exc)
-            raise RetriableError(f"{action} {resource.kind} {namespace}/{name}: {exc}", delay=0.0) from exc
-        except KubeApiError as exc:
-            await self._failed(uid, action, resource, namespace or "", name, exc)
-            raise typed(exc, f"{action} {resource.kind} {namespace}/{name}") from exc
-        change = written_change(replaced)
-        await self._succeeded_with(uid, action, resource, namespace or "", name, replaced, change)
-        return replaced
+        path = resource.object_path(namespace, name, subresource)
+        return await self._modify(
+            uid, action, resource, namespace, name, lambda: self.api.replace(path, body)
+        )
 
     async def merge_patch(
         self,
@@ -192,9 +181,26 @@ class Actions:
     ) -> JsonObject | None:
         """Merge-patch one object (a resourceVersion in `patch` guards against lost updates, as `replace`
         does); None when the object is gone."""
+        path = resource.object_path(namespace, name)
+        return await self._modify(
+            uid, action, resource, namespace, name, lambda: self.api.merge_patch(path, patch)
+        )
+
+    async def _modify(
+        self,
+        uid: str,
+        action: str,
+        resource: ResourceType,
+        namespace: str | None,
+        name: str,
+        write: Callable[[], Awaitable[JsonObject]],
+    ) -> JsonObject | None:
+        """Record the intention, make the `write`, record its outcome with the object it returned (one
+        append): a conflict is retried at once, a gone object is a success with detail "gone" (None), other
+        errors are typed."""
         await self._intend(uid, action, resource, namespace or "", name)
         try:
-            patched = await self.api.merge_patch(resource.object_path(namespace, name), patch)
+            written = await write()
         except NotFoundError:
             await self._succeeded(uid, action, resource, namespace or "", name, "gone")
             return None
@@ -204,9 +210,9 @@ class Actions:
         except KubeApiError as exc:
             await self._failed(uid, action, resource, namespace or "", name, exc)
             raise typed(exc, f"{action} {resource.kind} {namespace}/{name}") from exc
-        change = written_change(patched)
-        await self._succeeded_with(uid, action, resource, namespace or "", name, patched, change)
-        return patched
+        change = written_change(written)
+        await self._succeeded_with(uid, action, resource, namespace or "", name, written, change)
+        return written
 
     async def set_finalizer(
         self,
