@@ -1,0 +1,116 @@
+"""The simulated kubelet over a node's life: its Lease heartbeat, a restart that keeps the Node's allocatable,
+a pod status someone else changed written back, and a node that goes down and comes back: claims of pods
+deleted meanwhile are unprepared by the DRA manager's reconcile, not at once."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdctl.sim.apiserver.store import ObjectStore
+from cdctl.sim.controllers.allocator import Allocator
+from cdctl.sim.controllers.claimtemplates import ClaimTemplateController
+from cdctl.sim.node.kubelet import SimKubelet
+from cdctl.sim.node.noderegistration import NODE_LEASE_NAMESPACE
+from tests.sim.fakeplugin import serve_plugin
+from tests.sim.standins import DRIVER, add_classes, add_pod, add_slice, add_template, get
+
+NODE = "n1"
+
+
+@pytest.fixture
+def socket_root() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="cdsim-", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _cluster() -> ObjectStore:
+    store = ObjectStore()
+    add_classes(store)
+    add_template(store, "tmpl")
+    return store
+
+
+def _ready(store: ObjectStore, name: str) -> str:
+    pod = get(store, "", "pods", name)
+    return next(c["status"] for c in pod["status"]["conditions"] if c["type"] == "Ready")
+
+
+def test_registration_renews_the_node_lease_owned_by_the_node_and_keeps_allocatable(
+    socket_root: Path,
+) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry")
+    kubelet.register_node()
+    nodes = store.type_of("", "nodes")
+    node = store.get(nodes, "", NODE)
+    node["status"]["allocatable"] = {"nvidia.com/gpu": "4"}
+    store.update(nodes, "", NODE, node, subresource="status")
+    lease = get(store, "coordination.k8s.io", "leases", NODE, namespace=NODE_LEASE_NAMESPACE)
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+    first = lease["spec"]["renewTime"]
+    kubelet.register_node()  # the kubelet starts again
+    assert store.get(nodes, "", NODE)["status"]["allocatable"] == {"nvidia.com/gpu": "4"}
+    renewed = get(store, "coordination.k8s.io", "leases", NODE, namespace=NODE_LEASE_NAMESPACE)
+    assert renewed["spec"]["renewTime"] > first
+    store.delete(nodes, "", NODE)
+    leases, _ = store.list_objects(store.type_of("coordination.k8s.io", "leases"), NODE_LEASE_NAMESPACE)
+    assert leases == [], "the Lease goes with its Node"
+
+
+async def test_a_pod_marked_not_ready_by_someone_else_is_written_back_ready(socket_root: Path) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry")
+    kubelet.register_node()
+    add_slice(store, NODE)
+    add_pod(store, "worker", "tmpl")
+    async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
+        await kubelet.plugins.scan()
+        ClaimTemplateController(store).reconcile()
+        Allocator(store).reconcile()
+        await kubelet.sync()
+        assert _ready(store, "worker") == "True"
+        pods = store.type_of("", "pods")
+        pod = store.get(pods, "default", "worker")
+        for condition in pod["status"]["conditions"]:
+            if condition["type"] == "Ready":
+                condition["status"] = "False"
+        store.update(pods, "default", "worker", pod, subresource="status")
+        await kubelet.sync()
+        assert _ready(store, "worker") == "True"
+
+
+async def test_claims_of_pods_deleted_while_the_node_was_down_wait_for_the_dra_reconcile(
+    socket_root: Path,
+) -> None:
+    store = _cluster()
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", dra_reconcile_s=3600)
+    kubelet.register_node()
+    add_slice(store, NODE)
+    add_pod(store, "worker", "tmpl")
+    async with serve_plugin(
+        socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]
+    ) as log:
+        await kubelet.plugins.scan()
+        ClaimTemplateController(store).reconcile()
+        Allocator(store).reconcile()
+        await kubelet.sync()
+        assert len(log.prepared) == 1
+        claim = log.prepared[0][1]
+        await kubelet.power_off()
+        assert kubelet.running == {} and kubelet.claim_refs, (
+            "its DRA checkpoint outlives the node's containers"
+        )
+        store.delete(store.type_of("", "pods"), "default", "worker")
+        await kubelet.power_on()
+        await kubelet.stop()  # drive it by hand from here
+        await kubelet.sync()
+        assert log.unprepared == [], "the kubelet never saw that pod: only the DRA reconcile unprepares it"
+        await kubelet.reconcile_dra()
+        assert log.unprepared == [("v1", claim)]
+        assert kubelet.claim_refs == {}
