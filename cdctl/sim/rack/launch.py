@@ -109,13 +109,20 @@ class Rack:
         )
         # Each kubelet also passes every tick (probes, retries); on a big rack that adds up in this process.
         tick_s = max(KUBELET_TICK_S, len(self.topology.nodes) / NODES_PER_KUBELET_TICK_S)
-        self.cluster = SimCluster(self.work_dir, self.topology, runtime=self.runtime, kubelet_tick_s=tick_s)
+        self.cluster = SimCluster(
+            self.work_dir,
+            self.topology,
+            runtime=self.runtime,
+            kubelet_tick_s=tick_s,
+            timings=settings.node_timings,
+        )
         self.runtime.on_change = self._readiness_changed
         self.store = self.cluster.store
         serve_jobs(self.store)
         jobs = JobController(self.store)
         self.cluster.controllers.append(ControllerLoop("jobs", self.store, jobs.kinds, jobs.reconcile))
-        self.controller: Component | None = None
+        self.controllers: dict[int, Component] = {}  # by replica
+        self.controller_generations: dict[int, int] = {}  # replica -> its pod's generation (a new pod: +1)
         self.fork_server: ForkServer | None = None
         self.probe_server: ForkServer | None = None
         self.plugins: dict[str, Component] = {}
@@ -219,22 +226,28 @@ class Rack:
             node = self.store.get(nodes, "", fake.name)
             node["metadata"].setdefault("labels", {})["kubernetes.io/hostname"] = fake.name
             self.store.update(nodes, "", fake.name, node)
-        for fake in self.topology.nodes.values():
-            node = self.store.get(nodes, "", fake.name)
-            labels = node["metadata"].setdefault("labels", {})
-            labels.update(
-                {
-                    "kubernetes.io/hostname": fake.name,
-                    "nvidia.com/gpu.count": str(len(fake.gpu_uuids)),
-                    "nvidia.com/gpu.product": GPU_PRODUCT,
-                }
-            )
-            if fake.clique_id:
-                labels[CLIQUE_LABEL] = fake.clique_id
-            node = self.store.update(nodes, "", fake.name, node)
-            gpus = {GPU_RESOURCE: str(len(fake.gpu_uuids) or GPUS_PER_NODE)}
-            node["status"] = {**(node.get("status") or {}), "capacity": gpus, "allocatable": dict(gpus)}
-            self.store.update(nodes, "", fake.name, node, subresource="status")
+        for name in self.topology.nodes:
+            self.label_gpu_node(name)
+
+    def label_gpu_node(self, name: str) -> None:
+        """Label one GPU node and advertise its GPUs (again, for a Node registered anew after a reboot)."""
+        nodes = self.store.type_of("", "nodes")
+        fake = self.topology.node(name)
+        node = self.store.get(nodes, "", fake.name)
+        labels = node["metadata"].setdefault("labels", {})
+        labels.update(
+            {
+                "kubernetes.io/hostname": fake.name,
+                "nvidia.com/gpu.count": str(len(fake.gpu_uuids)),
+                "nvidia.com/gpu.product": GPU_PRODUCT,
+            }
+        )
+        if fake.clique_id:
+            labels[CLIQUE_LABEL] = fake.clique_id
+        node = self.store.update(nodes, "", fake.name, node)
+        gpus = {GPU_RESOURCE: str(len(fake.gpu_uuids) or GPUS_PER_NODE)}
+        node["status"] = {**(node.get("status") or {}), "capacity": gpus, "allocatable": dict(gpus)}
+        self.store.update(nodes, "", fake.name, node, subresource="status")
 
     def _pod_kubeconfig(self, pod: dict[str, Any]) -> Path:
         """What the kubelet mounts into a pod: a token of its service account bound to the pod and node."""
@@ -261,41 +274,89 @@ class Rack:
         return self.cluster.apiserver.write_kubeconfig(self.work_dir / "kubeconfigs" / pod, token)
 
     async def _start_components(self) -> None:
-        env = dict(self.base_env)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         launched = time.perf_counter()
-        rack_domains = {"RACK_DOMAINS": "true", "RACK_DOMAIN_NAMESPACE": self.settings.rack_domains_namespace}
-        self.controller = await Component.launch(
-            "controller",
-            controller_command(
-                self.settings,
-                self._kubeconfig_for("controller", CONTROLLER_POD, "control-plane"),
-                self.controller_db,
-                self.topology,
-            ),
-            {**env, **rack_domains} if self.settings.rack_domains_namespace else env,
-            self.logs_dir / "controller.log",
-            self.fork_server,
-        )
+        for replica in range(max(1, self.settings.controller_replicas)):
+            await self.launch_controller(replica)
         for node in self.plugin_nodes():
-            self.topology.node(node).write_nvml_spec(self.nvml_spec_file(node))
-            self.plugins[node] = await Component.launch(
-                f"plugin {node}",
-                plugin_command(
-                    self.settings,
-                    node,
-                    self.cluster,
-                    self._kubeconfig_for("kubelet-plugin", f"{CHART_NAME}-kubelet-plugin-{node}", node),
-                    self.cdi_root(node),
-                    self.plugin_db(node),
-                ),
-                env,
-                self.logs_dir / f"plugin-{node}.log",
-                self.fork_server,
-            )
+            await self.launch_plugin(node)
         self.timings.per_step["launch processes"] = time.perf_counter() - launched
         await self._wait_until_registered()
         self.timings.per_step["plugins registered"] = time.perf_counter() - launched
+
+    # ---- components, one at a time (at start, and as a Deployment or DaemonSet does after a crash) ---------
+    @property
+    def controller(self) -> Component | None:
+        """The first controller replica (the only one unless `controller_replicas` says more)."""
+        return self.controllers.get(0)
+
+    def controller_pod(self, replica: int, generation: int = 0) -> str:
+        """The replica's pod name; a new `generation` is a new pod (the old one was deleted)."""
+        name = CONTROLLER_POD if replica == 0 else CONTROLLER_POD.removesuffix("-0") + f"-{replica}"
+        return name if generation == 0 else f"{name}-g{generation}"
+
+    def controller_db_for(self, replica: int, generation: int = 0) -> Path:
+        """The replica's event log: an emptyDir of its pod, so a new pod (`generation`) starts a new one."""
+        directory = self.work_dir / ("controller" if replica == 0 else f"controller-{replica}")
+        return directory / ("events.db" if generation == 0 else f"events-g{generation}.db")
+
+    def controller_dbs(self) -> list[Path]:
+        """Every controller event log written so far (all replicas, all their pods)."""
+        return sorted(p for p in self.work_dir.glob("controller*/events*.db") if p.is_file())
+
+    async def launch_controller(self, replica: int, generation: int = 0) -> Component:
+        """Start controller replica `replica` (its pod `generation`, each with its own event log)."""
+        pod = self.controller_pod(replica, generation)
+        args = controller_command(
+            self.settings,
+            self._kubeconfig_for("controller", pod, "control-plane"),
+            self.controller_db_for(replica, generation),
+            self.topology,
+            pod=pod,
+        )
+        if self.settings.controller_replicas > 1:
+            lease_s, renew_s, retry_s = self.settings.leader_election_s
+            args += [
+                "--leader-election-enabled",
+                "--leader-election-lease-lock-namespace", self.settings.driver_namespace,
+                "--leader-election-lease-duration", f"{lease_s}s",
+                "--leader-election-renew-deadline", f"{renew_s}s",
+                "--leader-election-retry-period", f"{retry_s}s",
+            ]  # fmt: skip
+        env = dict(self.base_env)
+        if self.settings.rack_domains_namespace:
+            env.update(RACK_DOMAINS="true", RACK_DOMAIN_NAMESPACE=self.settings.rack_domains_namespace)
+        log_name = "controller" if replica == 0 else f"controller-{replica}"
+        component = await Component.launch(
+            "controller" if replica == 0 else f"controller {replica}",
+            args,
+            env,
+            self.logs_dir / f"{log_name}.log",
+            self.fork_server,
+        )
+        self.controllers[replica] = component
+        self.controller_generations[replica] = generation
+        return component
+
+    async def launch_plugin(self, node: str) -> Component:
+        """Start the kubelet plugin on `node` (the pod the plugin DaemonSet runs there)."""
+        self.topology.node(node).write_nvml_spec(self.nvml_spec_file(node))
+        component = await Component.launch(
+            f"plugin {node}",
+            plugin_command(
+                self.settings,
+                node,
+                self.cluster,
+                self._kubeconfig_for("kubelet-plugin", f"{CHART_NAME}-kubelet-plugin-{node}", node),
+                self.cdi_root(node),
+                self.plugin_db(node),
+            ),
+            dict(self.base_env),
+            self.logs_dir / f"plugin-{node}.log",
+            self.fork_server,
+        )
+        self.plugins[node] = component
+        return component
 
     def registered_nodes(self) -> set[str]:
         """Nodes whose plugin is registered with the kubelet and has published a ResourceSlice."""
@@ -312,17 +373,21 @@ class Rack:
         }
 
     def exited(self) -> list[Component]:
-        components = [*([self.controller] if self.controller else []), *self.plugins.values()]
+        components = [*self.controllers.values(), *self.plugins.values()]
         return [c for c in components if c.returncode is not None]
 
     async def _wait_until_registered(self) -> None:
+        await self.wait_until_registered(set(self.plugins))
+
+    async def wait_until_registered(self, nodes: set[str]) -> None:
+        """Until the plugins of `nodes` are registered with their kubelets and have published their slices."""
         deadline = time.monotonic() + self.settings.start_timeout_s
-        while len(self.registered_nodes()) < len(self.plugins):
+        while nodes - self.registered_nodes():
             dead = self.exited()
             if dead:
                 raise RackStartError("; ".join(c.failure() for c in dead))
             if time.monotonic() > deadline:
-                missing = sorted(set(self.plugins) - self.registered_nodes())
+                missing = sorted(nodes - self.registered_nodes())
                 raise RackStartError(
                     f"plugins not registered after {self.settings.start_timeout_s:.0f} s: {missing}"
                 )
@@ -337,7 +402,7 @@ class Rack:
         for loop in self.cluster.controllers:
             await loop.stop()
         await self.runtime.stop_all()
-        components = [*self.plugins.values(), *([self.controller] if self.controller else [])]
+        components = [*self.plugins.values(), *self.controllers.values()]
         await asyncio.gather(*(c.stop() for c in components))
         for server in (self.fork_server, self.probe_server):
             if server is not None:
