@@ -45,3 +45,11 @@ def scale_job(rack: Rack, namespace: str, job: str, parallelism: int) -> None:
 def domain_uid(rack: Rack, namespace: str, name: str) -> str:
     cd = rack.store.get(rack.store.type_of(CD_GROUP, "computedomains"), namespace, name)
     return str(cd["metadata"]["uid"])
+
+
+def beyond_faults(problems: list[str], killed_plugins: set[str]) -> list[str]:
+    """The scenario's problems but the ones a fault made on purpose: the kubelet's resource-health stream of
+    a node whose plugin was killed breaks (`<node>: NodeWatchResources of <driver>: <transport error>`), as
+    it would on a real node; anything else the stream said, and every other problem, stays."""
+    prefixes = tuple(f"{node}: NodeWatchResources of " for node in killed_plugins)
+    return [p for p in problems if not p.startswith(prefixes)]
