@@ -14,8 +14,8 @@ scenario, `invariants(rack, witness)` checks what must hold whatever was killed:
   rebuilt equal (`verify_log`, the same checks in process);
 and the scenario's own checks say nothing leaked (pods, claims, CDI specs, labels, DaemonSets, templates,
 cliques, finalizers: cdctl.sim.rack.checks.leftovers). `tolerated(problems, monkey)` drops what a kill itself
-explains: the resource-health stream of a killed plugin breaking, and a killed component seen exited before
-its restart. Used by tests/integration/test_chaos.py and bench/chaos.py.
+explains: the resource-health stream of a killed plugin breaking, and a killed component seen exited (by
+SIGKILL) before its restart. Used by tests/integration/test_chaos.py and bench/chaos.py.
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ async def invariants(rack: Rack, witness: Witness) -> list[str]:
 def tolerated(problems: list[str], monkey: Monkey) -> list[str]:
     """The problems a kill does not explain (see the module docstring)."""
     streams = tuple(f"{node}: NodeWatchResources of " for node in monkey.killed_plugins)
-    exits = tuple(f"{name} exited with " for name in monkey.killed_components)
+    exits = tuple(f"{name} exited with -9:" for name in monkey.killed_components)
     return [p for p in problems if not p.startswith(streams) and not p.startswith(exits)]
 
 

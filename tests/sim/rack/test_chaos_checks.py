@@ -11,6 +11,7 @@ from cdctl.sim.rack.chaos import (
     ChaosPlan,
     Kill,
     Monkey,
+    Witness,
     prepare_problems,
     prepared_in_log,
     tolerated,
@@ -74,8 +75,15 @@ def test_only_what_a_kill_explains_is_tolerated() -> None:
         "n2: NodeWatchResources of compute-domain.nvidia.com: Connection lost",
         "plugin n1 exited with -9: ...",
         "controller 1 exited with -9: ...",
+        "controller 1 exited with 1: a crash after its restart",
         "controller exited with 1: boom",
         "ResourceClaim team-a/x still exists",
     ]
     assert tolerated(problems, monkey) == problems[1:2] + problems[4:]
     assert ChaosPlan(seed=1, kills=1).kinds == ("controller", "plugin", "daemon", "kubelet")
+
+
+def test_a_worker_that_ran_without_its_channel_is_named() -> None:
+    witness = Witness.__new__(Witness)
+    witness.ran = {"u1": ("job-0", "n1", True), "u2": ("job-1", "n2", False)}
+    assert witness.problems() == ["worker job-1 ran on n2 without its channel"]
