@@ -287,10 +287,10 @@ async def invariants(rack: Rack, witness: Witness) -> list[str]:
     return problems
 
 
-def tolerated(problems: list[str], monkey: Monkey) -> list[str]:
-    """The problems a kill does not explain (see the module docstring)."""
-    streams = tuple(f"{node}: NodeWatchResources of " for node in monkey.killed_plugins)
-    exits = tuple(f"{name} exited with -9:" for name in monkey.killed_components)
+def tolerated(problems: list[str], *monkeys: Monkey) -> list[str]:
+    """The problems the monkeys' kills do not explain (see the module docstring)."""
+    streams = tuple(f"{node}: NodeWatchResources of " for m in monkeys for node in m.killed_plugins)
+    exits = tuple(f"{name} exited with -9:" for m in monkeys for name in m.killed_components)
     return [p for p in problems if not p.startswith(streams) and not p.startswith(exits)]
 
 
