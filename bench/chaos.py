@@ -93,11 +93,24 @@ async def one_round(
         """A step that has taken over SLOW_STEP_S: note once what the kubelets were waiting on."""
         began = phase_began.setdefault(progress.phase, time.monotonic())
         if time.monotonic() - began > SLOW_STEP_S and progress.phase not in slow:
-            slow[progress.phase] = [
-                f"{node}: {error}"
-                for node, kubelet in sorted(rack.cluster.kubelets.items())
-                for error in kubelet.last_errors.values()
-            ] + [f"{c.name} is down" for c in rack.exited()]
+            kubelets = sorted(rack.cluster.kubelets.items())
+            slow[progress.phase] = (
+                [f"{node}: {error}" for node, kubelet in kubelets for error in kubelet.last_errors.values()]
+                + [
+                    f"{node}: claims of {len(pods)} pods deleted while its kubelet was down wait for its DRA "
+                    f"reconcile (every {kubelet.dra_reconcile_s:.0f} s)"
+                    for node, kubelet in kubelets
+                    if (pods := kubelet.awaiting_dra_reconcile())
+                ]
+                + [f"{c.name} is down" for c in rack.exited()]
+                + [
+                    f"{node}: holds {len(kubelet.claim_refs)} pods' claims, runs {len(kubelet.running)} pods"
+                    f"{'' if kubelet.powered else ' (powered off)'}"
+                    for node, kubelet in kubelets
+                    if kubelet.claim_refs or kubelet.running
+                ]
+                + [f"{job}: {len(states)} pods" for job, states in progress.workers.items() if states]
+            )
 
     async with Restarter(rack, delay_s=args.restart_delay) as restarter:
         with Witness(rack) as witness:

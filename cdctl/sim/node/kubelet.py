@@ -13,7 +13,8 @@ stream (cdctl.sim.node.healthwatch: re-opened every 5 s, every error kept in `he
 each running pod's `allocatedResourcesStatus` from it. Like the kubelet's pod workers, the running kubelet
 starts each pod in its own task, so a prepare call that waits (a channel claim waiting for its node's IMEX
 daemon, up to the 45 s budget) does not hold back other pods on the node (that daemon's own pod) nor their
-readiness. Run by the rack; tests drive
+readiness; so does each running pod prepared again after a restart (one waiting call holds back no other pod,
+and a pod that goes away has its call cancelled, as the pod worker's context is). Run by the rack; tests drive
 `sync()`, which starts pods one after another and returns when they are done.
 `restart(while_down)` stops the kubelet, runs `while_down` (a test deletes a CDI spec there) and starts it
 again, keeping what the real kubelet keeps in its checkpoint (the pods it runs and their claims; their
@@ -267,6 +268,15 @@ class SimKubelet:
         """The node is back: start the kubelet (it registers the Node again if it was deleted)."""
         await self.start()
 
+    def awaiting_dra_reconcile(self) -> list[str]:
+        """Pods whose claims only the DRA manager's reconcile will unprepare (gone while the kubelet was
+        down, never started by this run of it)."""
+        return sorted(
+            uid
+            for uid in self.claim_refs
+            if uid not in self._workers and uid not in self.running and uid not in self._starting
+        )
+
     async def reconcile_dra(self) -> None:
         """The DRA manager's reconcile: unprepare the claims of pods that are gone and not running here."""
         self._dra_reconciled_at = time.monotonic()
@@ -385,7 +395,10 @@ class SimKubelet:
         for uid, pod in live.items():
             if uid in self.running:
                 if uid in self._reprepare or self.running[uid].devices_error:
-                    await self._prepare_again(uid, self.running[uid])
+                    if wait:
+                        await self._prepare_again(uid, self.running[uid])
+                    elif uid not in self._starting:
+                        self._starting[uid] = asyncio.create_task(self._prepare_again_in_background(uid))
                 await self._refresh_readiness(self.running[uid], pod)
             elif wait:
                 await self._try_start(pod)
@@ -399,6 +412,14 @@ class SimKubelet:
             log.warning(
                 "simulated kubelet %s: starting %s: %s", self.node_name, pod["metadata"]["name"], error
             )
+        finally:
+            self._starting.pop(uid, None)
+
+    async def _prepare_again_in_background(self, uid: str) -> None:
+        try:
+            running = self.running.get(uid)
+            if running is not None:
+                await self._prepare_again(uid, running)
         finally:
             self._starting.pop(uid, None)
 

@@ -4,9 +4,10 @@ deleted meanwhile are unprepared by the DRA manager's reconcile, not at once."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from cdctl.sim.controllers.claimtemplates import ClaimTemplateController
 from cdctl.sim.node.kubelet import SimKubelet
 from cdctl.sim.node.noderegistration import NODE_LEASE_NAMESPACE
 from tests.sim.fakeplugin import serve_plugin
-from tests.sim.standins import DRIVER, add_classes, add_pod, add_slice, add_template, get
+from tests.sim.standins import DAEMON_CLASS, DRIVER, add_classes, add_pod, add_slice, add_template, get
 
 NODE = "n1"
 
@@ -34,6 +35,14 @@ def _cluster() -> ObjectStore:
     add_classes(store)
     add_template(store, "tmpl")
     return store
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.05)
 
 
 def _ready(store: ObjectStore, name: str) -> str:
@@ -114,3 +123,39 @@ async def test_claims_of_pods_deleted_while_the_node_was_down_wait_for_the_dra_r
         await kubelet.reconcile_dra()
         assert log.unprepared == [("v1", claim)]
         assert kubelet.claim_refs == {}
+
+
+async def test_a_re_prepare_that_waits_after_a_restart_does_not_hold_back_other_pods(
+    socket_root: Path,
+) -> None:
+    """As the kubelet's pod workers do, each running pod is prepared again on its own: one whose plugin call
+    waits (its claim's prepare is held) does not keep another pod, deleted meanwhile, from being torn down."""
+    store = _cluster()
+    add_template(store, "daemon-tmpl", device_class=DAEMON_CLASS, request="daemon")
+    kubelet = SimKubelet(store, NODE, socket_root / "registry")
+    kubelet.register_node()
+    add_slice(store, NODE)
+    add_pod(store, "slow", "tmpl")
+    add_pod(store, "gone", "daemon-tmpl")
+    async with serve_plugin(
+        socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]
+    ) as log:
+        await kubelet.plugins.scan()
+        ClaimTemplateController(store).reconcile()
+        Allocator(store).reconcile()
+        await kubelet.sync()
+        assert len(kubelet.running) == 2
+        claim_of = {get(store, "", "pods", n)["metadata"]["uid"]: n for n in ("slow", "gone")}
+        refs = {claim_of[uid]: refs[DRIVER][0].uid for uid, refs in kubelet.claim_refs.items()}
+        log.held_claims.add(refs["slow"])
+        calls = len(log.prepared)
+        await kubelet.restart()
+        try:
+            # the restarted kubelet is preparing "slow" again: that call waits
+            await _until(lambda: any(refs["slow"] in uids for _, uids in log.prepared[calls:]))
+            store.delete(store.type_of("", "pods"), "default", "gone")
+            await _until(lambda: any(refs["gone"] in uids for _, uids in log.unprepared))
+            assert refs["slow"] not in {uid for _, uids in log.unprepared for uid in uids}
+        finally:
+            log.release.set()
+            await kubelet.stop()
