@@ -7,7 +7,8 @@ teardown), with every component that died restarted as the kubelet would (`fault
 - a worker pod force-deleted, then another deleted (the simulated API server removes a pod at once either
   way: graceful termination is not modelled, so the regular delete takes the forced path);
 - every IMEX daemon pod force-deleted at once (`-l resource.nvidia.com/computeDomain --force`);
-- the controller pod deleted mid-formation (a new pod, with an empty event log, takes over);
+- the controller pod deleted mid-formation (its StatefulSet brings it back, on its event log or, with the
+  volume lost, on an empty one);
 - the kubelet plugin killed while a channel Prepare waits for its daemon;
 - the leader of two controller replicas force-deleted mid-formation: another replica takes the Lease.
 Two or three nodes each; seconds apiece.
@@ -141,18 +142,22 @@ async def _at_mid_formation(rack: Rack) -> None:
     await until("formation under way", lambda: None if _mid_formation(rack) else "not yet", timeout_s=60)
 
 
-async def test_the_controller_pod_deleted_mid_formation_is_replaced_and_formation_completes(
-    work_dir: Path,
+@pytest.mark.parametrize("keep_log", [True, False], ids=["on its volume", "log lost"])
+async def test_the_controller_pod_deleted_mid_formation_comes_back_and_formation_completes(
+    work_dir: Path, keep_log: bool
 ) -> None:
+    """The StatefulSet's pod comes back on its event log; without it (persistence off, or the volume lost)
+    the controller starts from an empty log and rebuilds what it needs from the cluster."""
+
     async def fault(rack: Rack) -> None:
         await _at_mid_formation(rack)
-        await delete_controller_pod(rack)
+        await delete_controller_pod(rack, keep_log=keep_log)
 
     async with Rack(_settings(work_dir, 2)) as rack:
         report, restarts = await _scenario(rack, 2, while_forming=fault)
         assert report.problems == [] and report.ok
         assert restarts == []
-        assert len(rack.controller_dbs()) == 2, "the new pod kept its own, new event log"
+        assert len(rack.controller_dbs()) == (1 if keep_log else 2)
 
 
 async def test_a_plugin_killed_during_prepare_restarts_and_the_claim_is_prepared(work_dir: Path) -> None:

@@ -180,11 +180,6 @@ async def _reboot_under_the_domain_then_reconcile(rack: Rack) -> None:
         await asyncio.sleep(0.1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="unpreparing a claim the reboot invalidated removes the node label of the domain a newer claim "
-    "holds on that node; the plugin fix is being made on branch elastic-plugin",
-)
 async def test_unpreparing_claims_of_an_old_boot_keeps_the_label_of_the_domain_in_use(work_dir: Path) -> None:
     async with Rack(_settings(work_dir)) as rack:
         plan = DomainPlan(DOMAIN, NAMESPACE, workers=NODES, num_nodes=0)

@@ -5,8 +5,10 @@ What each stands for, and what the cluster does about it:
   container. A `Restarter` then does what the kubelet does for a crashed container of a Deployment or
   DaemonSet pod: starts it again in the same pod (same name, same event log) after a back-off; the simulated
   container runtime restarts a daemon container at its kubelet's next pass.
-- `delete_controller_pod(rack, replica)`: the pod is force-deleted; its Deployment makes a new pod, with a new
-  name and a new, empty event log (the chart keeps the log on an emptyDir).
+- `delete_controller_pod(rack, replica, keep_log=True)`: the pod is force-deleted; its StatefulSet makes it
+  again under the same name, on the same PersistentVolumeClaim and so the same event log (the chart's
+  default); `keep_log=False` is a pod whose log is gone with it (persistence off: an emptyDir; or the volume
+  lost) and starts a new, empty one.
 - `kill_kubelet(rack, node, down_s)`: the kubelet process dies and is restarted `down_s` later; containers run
   on, and the kubelet prepares its running pods again on start.
 - `power_off(rack, node)` / `power_on(rack, node)`: the node loses power (kubelet, plugin, daemons and their
@@ -37,10 +39,11 @@ async def kill_controller(rack: Rack, replica: int = 0) -> None:
         await component.kill()
 
 
-async def delete_controller_pod(rack: Rack, replica: int = 0) -> None:
-    """Force-delete the replica's pod: a new pod with a new name and an empty event log replaces it."""
+async def delete_controller_pod(rack: Rack, replica: int = 0, *, keep_log: bool = True) -> None:
+    """Force-delete the replica's pod; its StatefulSet starts it again, on its log unless not `keep_log`."""
     await kill_controller(rack, replica)
-    await rack.launch_controller(replica, rack.controller_generations.get(replica, 0) + 1)
+    generation = rack.controller_generations.get(replica, 0)
+    await rack.launch_controller(replica, generation if keep_log else generation + 1)
 
 
 async def kill_plugin(rack: Rack, node: str) -> None:

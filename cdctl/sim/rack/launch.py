@@ -122,7 +122,7 @@ class Rack:
         jobs = JobController(self.store)
         self.cluster.controllers.append(ControllerLoop("jobs", self.store, jobs.kinds, jobs.reconcile))
         self.controllers: dict[int, Component] = {}  # by replica
-        self.controller_generations: dict[int, int] = {}  # replica -> its pod's generation (a new pod: +1)
+        self.controller_generations: dict[int, int] = {}  # replica -> its event log's generation (lost: +1)
         self.fork_server: ForkServer | None = None
         self.probe_server: ForkServer | None = None
         self.plugins: dict[str, Component] = {}
@@ -290,13 +290,13 @@ class Rack:
         """The first controller replica (the only one unless `controller_replicas` says more)."""
         return self.controllers.get(0)
 
-    def controller_pod(self, replica: int, generation: int = 0) -> str:
-        """The replica's pod name; a new `generation` is a new pod (the old one was deleted)."""
-        name = CONTROLLER_POD if replica == 0 else CONTROLLER_POD.removesuffix("-0") + f"-{replica}"
-        return name if generation == 0 else f"{name}-g{generation}"
+    def controller_pod(self, replica: int) -> str:
+        """The replica's pod name: a StatefulSet's, so a pod deleted comes back under the same name."""
+        return CONTROLLER_POD if replica == 0 else CONTROLLER_POD.removesuffix("-0") + f"-{replica}"
 
     def controller_db_for(self, replica: int, generation: int = 0) -> Path:
-        """The replica's event log: an emptyDir of its pod, so a new pod (`generation`) starts a new one."""
+        """The replica's event log, on its PersistentVolumeClaim; a new `generation` is a new, empty log (the
+        volume was lost, or persistence is off and the log was on the deleted pod's emptyDir)."""
         directory = self.work_dir / ("controller" if replica == 0 else f"controller-{replica}")
         return directory / ("events.db" if generation == 0 else f"events-g{generation}.db")
 
@@ -305,8 +305,8 @@ class Rack:
         return sorted(p for p in self.work_dir.glob("controller*/events*.db") if p.is_file())
 
     async def launch_controller(self, replica: int, generation: int = 0) -> Component:
-        """Start controller replica `replica` (its pod `generation`, each with its own event log)."""
-        pod = self.controller_pod(replica, generation)
+        """Start controller replica `replica` on its event log `generation` (see `controller_db_for`)."""
+        pod = self.controller_pod(replica)
         args = controller_command(
             self.settings,
             self._kubeconfig_for("controller", pod, "control-plane"),

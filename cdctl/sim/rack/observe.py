@@ -84,7 +84,8 @@ def domain_shape(rack: Rack, namespace: str, name: str) -> DomainShape:
 
 def imex_starts(rack: Rack, address: str) -> int:
     """How often the fake IMEX at `address` started."""
-    return fakeimex.Registry(rack.cluster.fake_imex_env()[fakeimex.REGISTRY_ENV]).starts(address)
+    registry = fakeimex.Registry(rack.cluster.fake_imex_env()[fakeimex.REGISTRY_ENV])
+    return registry.start_counts(by="address").get(address, 0)
 
 
 @dataclass(frozen=True)
