@@ -104,12 +104,13 @@ async def one_round(
                 ]
                 + [f"{c.name} is down" for c in rack.exited()]
                 + [
-                    f"{node}: holds {len(kubelet.claim_refs)} pods' claims, runs {len(kubelet.running)} pods"
-                    f"{'' if kubelet.powered else ' (powered off)'}"
+                    f"{node}: still holds the claims of {len(gone)} pods that are gone"
                     for node, kubelet in kubelets
-                    if kubelet.claim_refs or kubelet.running
+                    if (
+                        gone := set(kubelet.claim_refs)
+                        - {p["metadata"]["uid"] for p in rack.store.pods_on_node(node)}
+                    )
                 ]
-                + [f"{job}: {len(states)} pods" for job, states in progress.workers.items() if states]
             )
 
     async with Restarter(rack, delay_s=args.restart_delay) as restarter:

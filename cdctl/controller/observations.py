@@ -44,14 +44,17 @@ def pod_is_ready(pod: JsonObject) -> bool:
 
 
 def node_readiness(node: JsonObject) -> dict[str, Any]:
-    """Whether the Node is Ready, and why not ("<reason>: <message>" of its Ready condition). A Node without a
-    Ready condition yet (just registered) counts as Ready: nothing says otherwise."""
+    """Whether the Node is Ready, and why not: the reason of its Ready condition (its free-text message can
+    change on every status update, and would make each one a new Event). A Node without a Ready condition yet
+    (just registered) counts as Ready: nothing says otherwise."""
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
             if condition.get("status") == "True":
                 return {"ready": True}
-            why = ": ".join(str(condition[k]) for k in ("reason", "message") if condition.get(k))
-            return {"ready": False, "why": why or f"Ready is {condition.get('status')}"}
+            return {
+                "ready": False,
+                "why": str(condition.get("reason") or f"Ready is {condition.get('status')}"),
+            }
     return {"ready": True}
 
 
