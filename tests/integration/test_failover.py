@@ -20,6 +20,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,27 +97,32 @@ async def test_a_deleted_worker_is_replaced_and_rejoins_the_domain(work_dir: Pat
         assert restarts == []
 
 
+def _daemon_pods(rack: Rack) -> list[dict[str, Any]]:
+    namespace = rack.settings.driver_namespace
+    return [p for p in list_pods(rack, namespace) if LABEL_COMPUTE_DOMAIN in p["metadata"]["labels"]]
+
+
 async def _delete_every_daemon(rack: Rack) -> None:
     before = _workers(rack)
     pods = rack.store.type_of("", "pods")
-    daemons = [
-        p
-        for p in list_pods(rack, rack.settings.driver_namespace)
-        if LABEL_COMPUTE_DOMAIN in p["metadata"]["labels"]
-    ]
+    daemons = _daemon_pods(rack)
     assert len(daemons) == len(before)
     for pod in daemons:
         rack.store.delete(pods, rack.settings.driver_namespace, pod["metadata"]["name"])
     old = {p["metadata"]["uid"] for p in daemons}
 
     def not_reformed() -> str | None:
-        fresh = [
-            p
-            for p in list_pods(rack, rack.settings.driver_namespace)
-            if LABEL_COMPUTE_DOMAIN in p["metadata"]["labels"]
-        ]
+        fresh = _daemon_pods(rack)
         if {p["metadata"]["uid"] for p in fresh} & old or len(fresh) != len(old):
             return f"{len(fresh)} daemon pods, old ones among them"
+        shape = domain_shape(rack, NAMESPACE, DOMAIN)
+        # The new daemons themselves, Ready and in the clique under their own addresses (until the controller
+        # has seen the old ones go, the domain's status still shows them).
+        if shape.ready_daemons != set(shape.daemons) or set(shape.daemons) != set(before.values()):
+            return f"new daemons Ready on {sorted(shape.ready_daemons)} of {sorted(shape.daemons)}"
+        fresh_ips = {str((p.get("status") or {}).get("podIP") or "") for p in fresh}
+        if {ip for ip in shape.entry_addresses.values()} != fresh_ips:
+            return f"clique addresses {shape.entry_addresses}, new daemons at {sorted(fresh_ips)}"
         return _converged(rack, len(before))()
 
     await until("new daemons re-form the domain", not_reformed)

@@ -1,8 +1,8 @@
 """A running ComputeDomain as the cluster shows it, and when each part of it changed.
 
-- `domain_shape(rack, namespace, name)`: the domain's clique entries (node -> index), its `status.nodes`
-  (node -> Ready/NotReady) and `status.status`, its live daemon pods (node -> pod IP) and the nodes labelled
-  for it.
+- `domain_shape(rack, namespace, name)`: the domain's clique entries (node -> index, and the address each
+  names), its `status.nodes` (node -> Ready/NotReady) and `status.status`, its live daemon pods (node -> pod
+  IP) and the nodes labelled for it.
 - `imex_starts(rack, address)`: how often the fake IMEX at that address (a daemon pod's IP) started
   (cdctl.sim.node.fakeimex counts every start).
 - `Timeline(rack, uid)`: from the API server's commit hook, when (monotonic seconds) each node's worker pod
@@ -36,6 +36,7 @@ DOMAINS = (CD_GROUP, "computedomains")
 @dataclass(frozen=True)
 class DomainShape:
     indices: dict[str, int]  # node -> index in its clique
+    entry_addresses: dict[str, str]  # node -> the address its clique entry names
     status_nodes: dict[str, str]  # node -> Ready / NotReady, from status.nodes
     status: str
     daemons: dict[str, str]  # node -> IP of its live daemon pod
@@ -49,11 +50,13 @@ def domain_shape(rack: Rack, namespace: str, name: str) -> DomainShape:
     uid = cd["metadata"]["uid"]
     status = cd.get("status") or {}
     indices: dict[str, int] = {}
+    addresses: dict[str, str] = {}
     cliques, _ = store.list_objects(store.type_of(*CLIQUES), copies=False)
     for clique in cliques:
         if (clique["metadata"].get("labels") or {}).get(LABEL_COMPUTE_DOMAIN) == uid:
             for entry in clique.get("daemons") or []:
                 indices[str(entry["nodeName"])] = int(entry["index"])
+                addresses[str(entry["nodeName"])] = str(entry.get("ipAddress") or "")
     daemons: dict[str, str] = {}
     ready: set[str] = set()
     pods, _ = store.list_objects(store.type_of(*PODS), rack.settings.driver_namespace, copies=False)
@@ -74,6 +77,7 @@ def domain_shape(rack: Rack, namespace: str, name: str) -> DomainShape:
     }
     return DomainShape(
         indices,
+        addresses,
         {str(n["name"]): str(n.get("status") or "NotReady") for n in status.get("nodes") or []},
         str(status.get("status") or ""),
         daemons,
