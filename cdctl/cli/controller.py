@@ -4,12 +4,12 @@ Registered on the root group by cdctl.cli.main through `register(root)`. The fla
 (reference section 7), each with its environment twin (POD_NAME, NAMESPACE, IMAGE_NAME,
 CD_DAEMON_IMAGE_PULL_SECRET_NAMES, LOG_VERBOSITY_CD_DAEMON, MAX_NODES_PER_IMEX_DOMAIN, HTTP_ENDPOINT,
 METRICS_PATH, PPROF_PATH, ADDITIONAL_NAMESPACES, LEADER_ELECTION_*, KUBECONFIG, KUBE_API_QPS, KUBE_API_BURST,
-FEATURE_GATES), plus cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE, RESOURCE_API_VERSION, LOG_FORMAT,
-LOG_VERBOSITY, RACK_DOMAINS, RACK_LABEL, RACK_DOMAIN_NAMESPACE, RACK_DOMAIN_NAME). Durations take
-Go's forms ("15s", "1m30s", "500ms"); with leader election, the lease duration must exceed the renew
-deadline, which must exceed 1.2 x the retry period (client-go's rule). SIGTERM/SIGINT stop cleanly (exit 0,
-the lease released); losing the lease exits 1; a typed error ends the command with a one-line reason and its
-exit code.
+FEATURE_GATES), plus cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE, CDCTL_RETENTION_AGE, CDCTL_RETENTION_SIZE,
+RESOURCE_API_VERSION, LOG_FORMAT, LOG_VERBOSITY, RACK_DOMAINS, RACK_LABEL, RACK_DOMAIN_NAMESPACE,
+RACK_DOMAIN_NAME). Durations take Go's forms ("15s", "1m30s", "500ms"); with leader election, the lease
+duration must exceed the renew deadline, which must exceed 1.2 x the retry period (client-go's rule).
+SIGTERM/SIGINT stop cleanly (exit 0, the lease released); losing the lease exits 1; a typed error ends the
+command with a one-line reason and its exit code.
 """
 
 from __future__ import annotations
@@ -26,16 +26,18 @@ from click.decorators import FC
 
 from cdctl.api.gates import parse_feature_gates
 from cdctl.cli.logs import configure_logging
+from cdctl.cli.retention import policy, retention_options
 from cdctl.controller.app import run_controller
 from cdctl.controller.leader import LeadershipLost, check_durations
 from cdctl.controller.settings import ControllerSettings, LeaderElectionSettings
-from cdctl.domain.errors import CdctlError
+from cdctl.domain.errors import CdctlError, InvalidInput
 from cdctl.domain.racks import (
     DEFAULT_NAME_PATTERN,
     DEFAULT_RACK_LABEL,
     validate_name_pattern,
     validate_rack_label,
 )
+from cdctl.k8s.tokens import parse_service_account
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -126,6 +128,13 @@ async def serve(settings: ControllerSettings) -> None:
 )
 @option("--metrics-path", envvar="METRICS_PATH", default="/metrics", show_default=True)
 @option(
+    "--event-log-reader",
+    envvar="EVENT_LOG_READER",
+    default="",
+    help="NAMESPACE/NAME of the service account whose tokens may read the event log on the HTTP endpoint"
+    " (cdctl collect; the chart's <fullname>-collector); not served when empty.",
+)
+@option(
     "--pprof-path",
     envvar="PPROF_PATH",
     default="",
@@ -200,6 +209,7 @@ async def serve(settings: ControllerSettings) -> None:
     default="",
     help="Key of the event log's chain (HMAC-SHA256; the chart's Secret); when empty, the chain is unkeyed.",
 )
+@retention_options
 @option(
     "--resource-api-version",
     envvar="RESOURCE_API_VERSION",
@@ -283,6 +293,16 @@ def controller(**options: object) -> None:
         sys.exit(1)
 
 
+def validate_reader(value: str) -> str:
+    """--event-log-reader: empty, or NAMESPACE/NAME of a service account."""
+    if value:
+        try:
+            parse_service_account(value)
+        except ValueError as exc:
+            raise InvalidInput("command line", "--event-log-reader", str(exc)) from None
+    return value
+
+
 def build_settings(options: dict[str, object]) -> ControllerSettings:
     """The settings for parsed options (feature gates validated here: a bad gate stops the command)."""
     gates = parse_feature_gates(str(options["feature_gates"] or ""))
@@ -310,6 +330,7 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         http_endpoint=str(options["http_endpoint"] or ""),
         metrics_path=str(options["metrics_path"]),
         pprof_path=str(options["pprof_path"] or ""),
+        event_log_reader=validate_reader(str(options.get("event_log_reader") or "")),
         kubeconfig=str(options["kubeconfig"]) if options["kubeconfig"] else None,
         kube_api_qps=float(str(options["kube_api_qps"])),
         kube_api_burst=int(str(options["kube_api_burst"])),
@@ -318,6 +339,7 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         else None,
         db_path=str(options["db"] or ""),
         log_key_file=str(options["log_key_file"] or ""),
+        retention=policy(str(options["retention_age"]), str(options["retention_size"])),
         workers=int(str(options["workers"])),
         cleanup_interval_s=float(str(options["cleanup_interval"])),
         batch_window_s=float(str(options["batch_window"])),

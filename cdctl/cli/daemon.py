@@ -4,7 +4,8 @@ Registered on the root group by cdctl.cli.main through `register(root)`. The Go 
 names are kept (CLIQUE_ID, COMPUTE_DOMAIN_UUID/NAME/NAMESPACE from the plugin's CDI edits; NODE_NAME, POD_IP,
 POD_UID, POD_NAME, POD_NAMESPACE, MAX_NODES_PER_IMEX_DOMAIN, FEATURE_GATES, LOG_VERBOSITY, LOG_FORMAT from the
 pod spec); the paths the tests and the simulated cluster move have twins
-too (IMEXD_DIR, HOSTS_FILE, CDCTL_DB), and the event log's key CDCTL_LOG_KEY_FILE.
+too (IMEXD_DIR, HOSTS_FILE, CDCTL_DB), the event log's key CDCTL_LOG_KEY_FILE, and its retention
+(CDCTL_RETENTION_AGE, CDCTL_RETENTION_SIZE: the controller passes its own when not the default).
 `check` runs on every probe, every few seconds on every node: this module imports only click and the
 stdlib-only cdctl.daemon.check at the top; `run` imports the daemon when it is called. Exit codes: 0 on a
 clean stop or a passing check, 1 not ready or a fatal error, 2 bad input, 3 event-log trouble; always one
@@ -98,6 +99,14 @@ def check_command(clique_id: str, imexd_dir: Path, imex_ctl_binary: str, timeout
     "--log-key-file", envvar="CDCTL_LOG_KEY_FILE", default=None, type=click.Path(path_type=Path),
     help="Key of the event log's chain (HMAC-SHA256); unkeyed when absent.",
 )  # fmt: skip
+@_option(
+    "--retention-age", envvar="CDCTL_RETENTION_AGE", default="30d", show_default=True,
+    help="Events older than this are compacted away (s, m, h, d, w; 0: no age bound).",
+)  # fmt: skip
+@_option(
+    "--retention-size", envvar="CDCTL_RETENTION_SIZE", default="1GiB", show_default=True,
+    help="The event log is compacted, oldest first, to stay under this (e.g. 512MiB, 1GiB; 0: no bound).",
+)  # fmt: skip
 @_option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent.")
 @_option("--imex-binary", envvar="IMEX_BINARY", default="nvidia-imex", show_default=True)
 @ctl_option
@@ -139,6 +148,7 @@ def _run_daemon(options: dict[str, Any]) -> None:
 
     from cdctl.api.gates import parse_feature_gates
     from cdctl.cli.logs import configure_logging
+    from cdctl.cli.retention import policy
     from cdctl.daemon.app import DaemonApp
     from cdctl.daemon.settings import DaemonSettings
     from cdctl.domain.imex import DEFAULT_UNUSED_ADDRESS
@@ -160,6 +170,7 @@ def _run_daemon(options: dict[str, Any]) -> None:
         hosts_file=options["hosts_file"],
         db_path=options["db"],
         log_key_file=options["log_key_file"],
+        retention=policy(options["retention_age"], options["retention_size"]),
         kubeconfig=options["kubeconfig"],
         imex_binary=options["imex_binary"],
         ctl_binary=options["imex_ctl_binary"],

@@ -1,7 +1,8 @@
 """The CLI's error boundary: typed errors become one line on stderr and an exit code, never a traceback.
 
 Every command's callback is wrapped in `guarded` and runs its coroutine through `run`. Retriable errors
-exit 75 (EX_TEMPFAIL), bad input 2, event-log problems 3, everything else cdctl raises on purpose 1.
+exit 75 (EX_TEMPFAIL), bad input 2, event-log problems 3, a point before a compacted log's horizon 5
+(`cdctl replay`), everything else cdctl raises on purpose 1.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""`cdctl events | sql | replay | verify | history`: read any event log file, never write it.
+"""`cdctl events | sql | replay | verify | history | streams`: read any event log file, never write it.
 
 Operators' tools for post-mortems: tail and filter the log, run read-only SQL over the lifecycle views,
-rebuild the projections as of any position or instant, check integrity, and show one object's timeline.
-These names and flags are a contract (issue: foundation, point 5). Thin: flags -> store/projections calls.
+rebuild the projections as of any position or instant, check integrity, show one object's timeline (by
+stream, uid, or kubectl-style name: cdctl.projections.timeline), and list the streams a log holds. Each also
+reads a collected file (`cdctl collect`), across its sources (cdctl.cli.collected). These names and flags are
+a contract. Thin: flags -> store/projections calls.
 """
 
 from __future__ import annotations
@@ -19,20 +21,27 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.exc import DBAPIError
 
+from cdctl.cli import collected
 from cdctl.cli.errors import fail, guarded, parse_time, run
 from cdctl.domain.errors import InvalidInput, StoreError, StoreLocked
 from cdctl.domain.events import RecordedEvent
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import VerifyReport, replay, verify_chain, verify_projections
 from cdctl.projections.sinks import SqliteSink
+from cdctl.projections.timeline import LIMIT as TIMELINE_LIMIT
+from cdctl.projections.timeline import EventSource, Line, timeline
+from cdctl.store.collected import kind_of
 from cdctl.store.integrity import read_key_file
 from cdctl.store.schema import load_migrations
 from cdctl.store.sqlite import SELECT_EVENTS, SqliteEventStore, row_to_event
 
 db_option = click.option(
     "--db", "db", required=True, envvar="CDCTL_DB", type=click.Path(path_type=Path),
-    help="Event log file (env CDCTL_DB).",
+    help="Event log file, or a collected file (env CDCTL_DB).",
 )  # fmt: skip
+source_option = click.option(
+    "--source", help="Collected file: only sources matching this glob (kubelet-plugin/*, daemon/NODE/*)."
+)
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="One JSON document (or JSON lines) on stdout."
 )
@@ -63,6 +72,19 @@ async def _open(db: Path) -> SqliteEventStore:
     return await SqliteEventStore.open(db, read_only=True)
 
 
+def _is_collected(db: Path) -> bool:
+    return kind_of(db) == "collected"
+
+
+def _log_only(db: Path, **options: object) -> None:
+    """Options that only a collected file takes, refused for an event log."""
+    for name, value in options.items():
+        if value is not None:
+            raise InvalidInput(
+                "command line", f"--{name}", f"{db} is one event log; --{name} is for collected files"
+            )
+
+
 async def _select_events(
     store: SqliteEventStore, after: int, stream: str | None, type_: str | None, since: str | None
 ) -> list[RecordedEvent]:
@@ -89,13 +111,30 @@ async def _select_events(
 @click.option("--type", "type_", help="Only events of this type.")
 @click.option("--since", help="Only events recorded at or after: ISO 8601, or an age like 15m, 2h, 1d.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing events as they are appended.")
+@source_option
+@click.option("--node", help="Collected file: only sources of this node.")
 @json_option
 @guarded
 def events(
-    db: Path, stream: str | None, type_: str | None, since: str | None, follow: bool, as_json: bool
+    db: Path,
+    stream: str | None,
+    type_: str | None,
+    since: str | None,
+    follow: bool,
+    source: str | None,
+    node: str | None,
+    as_json: bool,
 ) -> None:
-    """List the events of an event log, oldest first."""
+    """List the events of an event log, oldest first (a collected file: every source's, by time)."""
     since_text = parse_time(since, "--since").isoformat(timespec="microseconds") if since else None
+    if _is_collected(db):
+        if follow:
+            raise InvalidInput("command line", "--follow", f"{db} is a collected file: it does not grow")
+        with collected.open_file(db) as file:
+            for page in collected.events_pages(file, stream, type_, since_text, source, node):
+                _emit_lines(page, as_json, True)
+        return
+    _log_only(db, source=source, node=node)
 
     async def main() -> None:
         async with await _open(db) as store:
@@ -114,17 +153,25 @@ def events(
 
 
 def _emit_events(batch: list[RecordedEvent], as_json: bool) -> None:
+    _emit_lines([Line("", e) for e in batch], as_json, False)
+
+
+def _emit_lines(lines: list[Line], as_json: bool, with_source: bool) -> None:
+    """Events as a table (a `source` column for a collected file) or JSON lines (with `source`)."""
     if as_json:
-        for event in batch:
-            click.echo(json.dumps(event.to_json(), sort_keys=True))
+        for line in lines:
+            body = line.event.to_json() | ({"source": line.source} if with_source else {})
+            click.echo(json.dumps(body, sort_keys=True))
         return
+    columns = ("source",) * with_source + ("position", "recorded_at", "stream", "version", "type", "data")
     _print_table(
         None,
-        ("position", "recorded_at", "stream", "version", "type", "data"),
+        columns,
         [
-            (e.position, e.recorded_at.isoformat(timespec="milliseconds"), e.stream, e.version, e.type,
-             _summary(e.data))
-            for e in batch
+            (*(line.source,) * with_source, e.position, e.recorded_at.isoformat(timespec="milliseconds"),
+             e.stream, e.version, e.type, _summary(e.data))
+            for line in lines
+            for e in (line.event,)
         ],
     )  # fmt: skip
 
@@ -137,8 +184,15 @@ def _emit_events(batch: list[RecordedEvent], as_json: bool) -> None:
 def sql(db: Path, statement: str, as_json: bool) -> None:
     """Run one read-only SQL statement (the file is opened read-only; writes are refused).
 
-    Views: claim_lifecycle, channel_allocations, checkpoint_transitions, domain_history, and events.
+    Views: claim_lifecycle, channel_allocations, checkpoint_transitions, domain_history, and events; in a
+    collected file each has a `source` column, and `sources`, `ranges`, `fetches` and `collections` say what
+    was collected.
     """
+    if _is_collected(db):
+        with collected.open_file(db) as file:
+            names, found = collected.sql(file, statement)
+        _print_rows(names, found, as_json)
+        return
 
     async def main() -> tuple[list[str], list[Sequence[Any]]]:
         async with await _open(db) as store:
@@ -153,6 +207,10 @@ def sql(db: Path, statement: str, as_json: bool) -> None:
                 raise InvalidInput("cdctl sql", "STATEMENT", message) from None
 
     columns, rows = run(main())
+    _print_rows(columns, rows, as_json)
+
+
+def _print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([dict(zip(columns, row, strict=True)) for row in rows], default=str))
     else:
@@ -164,13 +222,31 @@ def sql(db: Path, statement: str, as_json: bool) -> None:
 @db_option
 @click.option("--at", "at", help="Rebuild as of this instant: ISO 8601, or an age like 15m, 2h, 1d.")
 @click.option("--position", type=click.IntRange(min=0), help="Rebuild as of this log position.")
+@source_option
 @json_option
 @guarded
-def replay_command(db: Path, at: str | None, position: int | None, as_json: bool) -> None:
-    """Print the state the projections had at a point in the log (default: now)."""
+def replay_command(db: Path, at: str | None, position: int | None, source: str | None, as_json: bool) -> None:
+    """Print the state the projections had at a point in the log (default: now).
+
+    A collected file: every source's read models as of `--at`, with a `source` column (`--position` is per
+    source: name one with `--source`). On a compacted log, a point before its horizon exits 5, naming the
+    horizon (position and time).
+    """
     if at is not None and position is not None:
         fail("--at and --position are exclusive: give one", 2)
     until = parse_time(at, "--at") if at else None
+    if _is_collected(db):
+        with collected.open_file(db) as file:
+            tables = collected.replay(file, until, source, position)
+        if as_json:
+            click.echo(json.dumps({"tables": tables}, default=str, sort_keys=True))
+            return
+        for name, table_rows in tables.items():
+            projection = {p.name: p for p in lifecycle_projections()}[name]
+            shown = ("source", *projection.columns)
+            _print_table(name, shown, [[row.get(c) for c in shown] for row in table_rows])
+        return
+    _log_only(db, source=source)
 
     async def main() -> Any:
         async with await _open(db) as store:
@@ -201,22 +277,37 @@ def parse_head(value: str) -> tuple[int, str]:
 @click.command()
 @db_option
 @click.option(
-    "--key-file", envvar="CDCTL_LOG_KEY_FILE", type=click.Path(path_type=Path), default=None,
-    help="The log's key, for a keyed log (env CDCTL_LOG_KEY_FILE; the chart's Secret).",
+    "--key-file", "key_files", envvar="CDCTL_LOG_KEY_FILE", type=click.Path(path_type=Path), multiple=True,
+    help="The log's key, for a keyed log (env CDCTL_LOG_KEY_FILE; the chart's Secret). A collected file:"
+    " repeatable, each keyed source is checked with the key that is its own.",
 )  # fmt: skip
 @click.option(
     "--expect-head", "expect_heads", multiple=True, metavar="POSITION:HASH",
     help="A head the component published (metrics cdctl_event_log_head); the log must still hold it.",
 )  # fmt: skip
 @guarded
-def verify(db: Path, key_file: Path | None, expect_heads: tuple[str, ...]) -> None:
+def verify(db: Path, key_files: tuple[Path, ...], expect_heads: tuple[str, ...]) -> None:
     """Check the hash chain (keyed or not), published heads, and that rebuilt projections match.
 
     Without a published head, a log cut at its end still verifies: compare with a head recorded outside the
-    file (`--expect-head`, repeatable) to detect it.
+    file (`--expect-head`, repeatable) to detect it. A collected file: every source's chain run by run, the
+    heads each component served and published when it was collected, and the read models.
     """
+    keys = [read_key_file(path, "--key-file") for path in key_files]
+    if _is_collected(db):
+        if expect_heads:
+            raise InvalidInput(
+                "command line",
+                "--expect-head",
+                "a collected file records each source's heads; verify checks them",
+            )
+        with collected.open_file(db) as file:
+            collected.verify(file, keys)
+        return
+    if len(keys) > 1:
+        raise InvalidInput("command line", "--key-file", f"{db} is one event log: give one key")
     heads = [parse_head(value) for value in expect_heads]
-    key = read_key_file(key_file, "--key-file") if key_file is not None else None
+    key = keys[0] if keys else None
 
     async def main() -> VerifyReport:
         report = VerifyReport()
@@ -240,33 +331,80 @@ def verify(db: Path, key_file: Path | None, expect_heads: tuple[str, ...]) -> No
         fail(f"{db}: verification failed; first bad position {report.first_bad_position}", 1)
     chain = "keyed hash chain (HMAC-SHA256)" if key is not None else "hash chain"
     matched = f", {len(heads)} published head{'s' if len(heads) != 1 else ''} held" if heads else ""
+    for note in report.notes:
+        click.echo(f"cdctl: verify: {note}", err=True)
+    horizon = report.horizon
+    compacted = (
+        f"; compacted up to position {horizon.position} (recorded up to {horizon.recorded_at}), the chain"
+        f" checked from its anchor{' (compaction still in progress)' if horizon.pending else ''}"
+        if horizon is not None
+        else ""
+    )
     click.echo(
         f"ok: {report.events} events, {chain} intact{matched},"
-        f" {len(lifecycle_projections())} projections match"
+        f" {len(lifecycle_projections())} projections match{compacted}"
     )
 
 
 @click.command()
 @db_option
 @click.argument("subject")
+@click.option("--since", help="Only events recorded at or after: ISO 8601, or an age like 15m, 2h, 1d.")
+@click.option("--until", help="Only events recorded at or before: ISO 8601, or an age.")
 @json_option
 @guarded
-def history(db: Path, subject: str, as_json: bool) -> None:
-    """One object's timeline.
+def history(db: Path, subject: str, since: str | None, until: str | None, as_json: bool) -> None:
+    """One object's timeline, in time order (a collected file: across its sources, each line's source).
 
-    SUBJECT is a stream (claim/<uid>, domain/<uid>, node/<name>) or a bare uid or node name.
+    SUBJECT is what kubectl calls it: computedomain/NAMESPACE/NAME, resourceclaim/NAMESPACE/NAME or
+    node/NAME (a name given to a recreated object lists its uids: pick one); or a stream (claim/<uid>,
+    domain/<uid>, plugin/<node>), or a bare uid or node name. A domain's or claim's timeline is every stream
+    that names its uid: the controller's decisions, the plugins' prepares, the daemons' IMEX restarts.
     """
+    bounds = [
+        parse_time(value, option).isoformat(timespec="microseconds") if value else ""
+        for value, option in ((since, "--since"), (until, "--until"))
+    ]
+    if _is_collected(db):
+        with collected.open_file(db) as file:
+            said, lines = run(timeline(collected.event_source(file), subject, *bounds))
+    else:
 
-    async def main() -> list[RecordedEvent]:
-        async with await _open(db) as store:
-            streams = (
-                [subject] if "/" in subject else [f"{kind}/{subject}" for kind in ("claim", "domain", "node")]
-            )
-            found: list[RecordedEvent] = []
-            for stream in streams:
-                found += await store.read_stream(stream)
-            if not found:
-                raise InvalidInput("cdctl history", "SUBJECT", f"no events for {subject!r} in {db}")
-            return sorted(found, key=lambda e: e.position)
+        async def main() -> tuple[str, list[Line]]:
+            async with await _open(db) as store:
+                events = EventSource(lambda sql, params: store.query(sql, params), False, str(db))
+                return await timeline(events, subject, *bounds)
 
-    _emit_events(run(main()), as_json)
+        said, lines = run(main())
+    if not lines:
+        raise InvalidInput("cdctl history", "SUBJECT", f"no events for {subject!r} in {db}")
+    click.echo(said, err=True)  # what SUBJECT resolved to; stderr, so JSON on stdout stays clean
+    if len(lines) >= TIMELINE_LIMIT:
+        click.echo(f"showing the first {TIMELINE_LIMIT} events: narrow with --since and --until", err=True)
+    _emit_lines(lines, as_json, _is_collected(db))
+
+
+@click.command()
+@db_option
+@click.option("--stream", help="Only streams matching this glob (claim/*, domain/<uid>).")
+@json_option
+@guarded
+def streams(db: Path, stream: str | None, as_json: bool) -> None:
+    """What a log holds: each stream with its event count and first and last times (a collected file: per
+    source)."""
+    if _is_collected(db):
+        with collected.open_file(db) as file:
+            columns, rows = collected.streams_rows(file, stream)
+    else:
+
+        async def main() -> list[tuple[Any, ...]]:
+            async with await _open(db) as store:
+                where, params = ("WHERE stream GLOB ?", (stream,)) if stream else ("", ())
+                return await store.query(
+                    "SELECT stream, COUNT(*), MIN(recorded_at), MAX(recorded_at) FROM events"
+                    f" {where} GROUP BY stream ORDER BY stream",
+                    params,
+                )
+
+        columns, rows = ["stream", "events", "first", "last"], run(main())
+    _print_rows(columns, rows, as_json)

@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("cdctl.cli.history", "replay_command"),
     "verify": ("cdctl.cli.history", "verify"),
     "history": ("cdctl.cli.history", "history"),
+    "streams": ("cdctl.cli.history", "streams"),
+    "collect": ("cdctl.cli.collect", "collect_command"),
 }
 
 

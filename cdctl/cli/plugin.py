@@ -3,9 +3,9 @@
 Registered on the root group by cdctl.cli.main through `register(root)`. Every flag has an environment twin;
 the Go driver's names are kept (NODE_NAME, CDI_ROOT, NVIDIA_DRIVER_ROOT/HOST_DRIVER_ROOT,
 DRIVER_ROOT_CTR_PATH, KUBELET_REGISTRAR_DIRECTORY_PATH, KUBELET_PLUGINS_DIRECTORY_PATH, HEALTHCHECK_PORT,
-FEATURE_GATES, ...), with cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE). A typed error ends the command with a
-one-line reason and its exit code (cdctl.cli.errors.guarded), any other error with one line and exit 1;
-SIGTERM/SIGINT stop it cleanly (0).
+FEATURE_GATES, ...), with cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE, CDCTL_RETENTION_AGE,
+CDCTL_RETENTION_SIZE). A typed error ends the command with a one-line reason and its exit code
+(cdctl.cli.errors.guarded), any other error with one line and exit 1; SIGTERM/SIGINT stop it cleanly (0).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import click
 from cdctl.api.gates import parse_feature_gates
 from cdctl.cli.errors import fail, guarded
 from cdctl.cli.logs import configure_logging
+from cdctl.cli.retention import policy, retention_options
 from cdctl.domain.errors import CdctlError
+from cdctl.k8s.tokens import parse_service_account
 from cdctl.plugin.app import PluginConfig, PluginProcess
 from cdctl.plugin.nvml import fake_from_spec
 
@@ -49,6 +51,15 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
         try:
             fake_from_spec(value)
         except CdctlError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
+
+
+def _service_account(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if value:
+        try:
+            parse_service_account(value)
+        except ValueError as exc:
             raise click.BadParameter(str(exc)) from exc
     return value
 
@@ -84,6 +95,15 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     help="host:port for Prometheus metrics and /healthz (e.g. :8081); off when empty.",
 )
 @click.option("--metrics-path", envvar="METRICS_PATH", default="/metrics", show_default=True)
+@click.option("--pod-name", envvar="POD_NAME", default="", help="This plugin's pod (the chart sets it).")
+@click.option(
+    "--event-log-reader",
+    envvar="EVENT_LOG_READER",
+    default="",
+    callback=_service_account,
+    help="NAMESPACE/NAME of the service account whose tokens may read the event logs on the HTTP endpoint"
+    " (cdctl collect; the chart's <fullname>-collector); not served when empty.",
+)
 @click.option(
     "--nvidia-driver-root",
     "--host_driver-root",
@@ -139,6 +159,7 @@ def _fake_nvml(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     type=click.Path(path_type=Path),
     help="Key of the event log's chain (HMAC-SHA256; the chart's Secret); unkeyed when absent.",
 )
+@retention_options
 @click.option(
     "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent."
 )
@@ -199,6 +220,8 @@ def kubelet_plugin(
     cdi_root: Path,
     http_endpoint: str,
     metrics_path: str,
+    pod_name: str,
+    event_log_reader: str,
     nvidia_driver_root: Path,
     container_driver_root: Path,
     kubelet_registrar_directory_path: Path,
@@ -206,6 +229,8 @@ def kubelet_plugin(
     healthcheck_port: int,
     db: Path | None,
     log_key_file: Path | None,
+    retention_age: str,
+    retention_size: str,
     kubeconfig: str | None,
     kube_api_qps: float,
     kube_api_burst: int,
@@ -232,6 +257,7 @@ def kubelet_plugin(
         healthcheck_port=healthcheck_port,
         db=db,
         log_key_file=log_key_file,
+        retention=policy(retention_age, retention_size),
         kubeconfig=kubeconfig,
         kube_api_qps=kube_api_qps,
         kube_api_burst=kube_api_burst,
@@ -246,6 +272,8 @@ def kubelet_plugin(
         fabric_reprobe_s=fabric_reprobe_interval,
         http_endpoint=http_endpoint,
         metrics_path=metrics_path,
+        pod_name=pod_name,
+        event_log_reader=event_log_reader,
     )
     try:
         _run(_serve(cfg))

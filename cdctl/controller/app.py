@@ -3,12 +3,16 @@
 `run_controller(settings)` returns when cancelled (SIGTERM) after releasing the lease, and raises
 `LeadershipLost` when the lease is lost so the command exits non-zero and Kubernetes restarts a clean pod.
 With leader election, a replica follows the cluster into its own log from the start (a warm standby) and
-reconciles once it holds the Lease (cdctl.controller.manager).
+reconciles once it holds the Lease (cdctl.controller.manager). With a log file of its own it runs the
+retention loop over it (cdctl.projections.retention), keeping the domain view and domain_history at each
+compaction's horizon.
 Called by cdctl.cli.controller; integration tests call it with a kubeconfig for the simulated cluster.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -18,11 +22,18 @@ from cdctl.controller.http import HttpEndpoint
 from cdctl.controller.leader import LeaderElector, check_durations, identity_for
 from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings
+from cdctl.controller.view import DomainProjection
+from cdctl.domain.events import Actor
 from cdctl.k8s.client import api_client
 from cdctl.k8s.discovery import discover_resource_version
 from cdctl.k8s.rest import KubeApi
+from cdctl.k8s.tokens import TokenReviewer
+from cdctl.projections.lifecycle import DomainHistory
+from cdctl.projections.retention import Retention
 from cdctl.store.base import EventStore
+from cdctl.store.export import LogRef
 from cdctl.store.integrity import read_key_file
+from cdctl.store.logserver import LogServer
 from cdctl.store.metrics import EventLogHeadCollector
 from cdctl.store.sqlite import SqliteEventStore
 
@@ -33,6 +44,19 @@ def settings_for_log(settings: ControllerSettings) -> dict[str, object]:
     shown = dataclasses.asdict(settings)
     shown["feature_gates"] = dict(settings.feature_gates.values)
     return shown
+
+
+def log_server(settings: ControllerSettings, api: KubeApi, store: EventStore | None) -> LogServer | None:
+    """The read-only event-log routes (`cdctl collect`): with a reader, a pod name and a log file."""
+    if not settings.event_log_reader or not isinstance(store, SqliteEventStore):
+        return None
+    if not settings.pod_name:
+        log.warning("not serving the event log: the controller's pod name is unknown (--pod-name)")
+        return None
+    reviewer = TokenReviewer(api, settings.namespace, settings.pod_name, settings.event_log_reader)
+    ref = LogRef("controller", "controller", store.path)
+    identity = {"component": "controller", "node": "", "pod": settings.pod_name}
+    return LogServer(identity, lambda: [ref], reviewer)
 
 
 async def run_controller(
@@ -50,6 +74,7 @@ async def run_controller(
     log.info("controller manager config", **settings_for_log(settings))
     client = await api_client(settings.kubeconfig)
     own_store: EventStore | None = None
+    retention: asyncio.Task[None] | None = None
     try:
         api = KubeApi(client, qps=settings.kube_api_qps, burst=settings.kube_api_burst)
         resource_version = await discover_resource_version(api, settings.resource_api_version)
@@ -59,6 +84,11 @@ async def run_controller(
             store = own_store = await SqliteEventStore.open(Path(settings.db_path), key=key)
             log.info("event log opened", path=settings.db_path, chain=own_store.scheme.name,
                      head=own_store.chain_head()[0], checked=own_store.checked_at_open)  # fmt: skip
+            loop = Retention(
+                own_store, settings.retention, [DomainHistory(), DomainProjection()],
+                actor=Actor("controller", pod=settings.pod_name), interval_s=settings.retention_interval_s,
+            )  # fmt: skip
+            retention = asyncio.create_task(loop.run(), name="retention")
         manager = ControllerManager(settings, api, store, resource_version)
         if isinstance(store, SqliteEventStore):
             manager.metrics.registry.register(EventLogHeadCollector(store))
@@ -83,6 +113,7 @@ async def run_controller(
                 manager.metrics.registry,
                 ready,
                 settings.pprof_path,
+                log_server(settings, api, store),
             )
             if settings.http_endpoint
             else None
@@ -104,6 +135,10 @@ async def run_controller(
             if http is not None:
                 await http.stop()
     finally:
+        if retention is not None:
+            retention.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await retention
         if own_store is not None:
             await own_store.close()
         await client.close()

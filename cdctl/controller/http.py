@@ -2,7 +2,8 @@
 
 `/metrics` (or `--metrics-path`) serves the controller's registry, `/healthz` answers while the process runs,
 `/readyz` once the caches are populated (or while a standby waits for the lease), and with `--pprof-path`
-`<path>/tasks` dumps every asyncio task's stack. Started by
+`<path>/tasks` dumps every asyncio task's stack; with a log server, the read-only event log routes of
+cdctl.store.logserver (`cdctl collect`). Started by
 cdctl.controller.manager; `parse_endpoint` accepts the Go forms ":8080", "host:port" and "[::1]:8080".
 """
 
@@ -14,6 +15,8 @@ from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from cdctl.store.logserver import LogServer
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -32,12 +35,14 @@ class HttpEndpoint:
         registry: CollectorRegistry,
         ready: Callable[[], bool],
         pprof_path: str = "",
+        log_server: LogServer | None = None,
     ) -> None:
         self.host, self.port = parse_endpoint(endpoint)
         self.metrics_path = metrics_path or "/metrics"
         self.pprof_path = pprof_path.rstrip("/")
         self.registry = registry
         self.ready = ready
+        self.log_server = log_server
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -47,6 +52,8 @@ class HttpEndpoint:
         app.router.add_get("/readyz", self._readyz)
         if self.pprof_path:
             app.router.add_get(f"{self.pprof_path}/tasks", self._tasks)
+        if self.log_server is not None:
+            self.log_server.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)

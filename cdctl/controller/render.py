@@ -27,6 +27,7 @@ from cdctl.domain.computedomains import (
     daemon_claim_template_name,
     daemon_set_name,
 )
+from cdctl.domain.retention import RetentionPolicy, format_age, format_size
 from cdctl.k8s.discovery import convert_claim_template
 
 JsonObject = dict[str, Any]
@@ -128,6 +129,19 @@ def _exec_probe(*, initial_delay_s: int, period_s: int, timeout_s: int, failure_
     }
 
 
+def _retention_env(settings: ControllerSettings) -> list[JsonObject]:
+    """The daemons keep their logs under the controller's retention policy; only a policy other than the
+    default is spelled out, so that the DaemonSets (and their pods) of an upgrade that keeps it do not change.
+    """
+    policy, default = settings.retention, RetentionPolicy()
+    env = []
+    if policy.age_s != default.age_s:
+        env.append({"name": "CDCTL_RETENTION_AGE", "value": format_age(policy.age_s)})
+    if policy.size_bytes != default.size_bytes:
+        env.append({"name": "CDCTL_RETENTION_SIZE", "value": format_size(policy.size_bytes)})
+    return env
+
+
 def daemon_set(cd: JsonObject, namespace: str, settings: ControllerSettings) -> JsonObject:
     """The domain's IMEX daemon DaemonSet: one pod on each node labelled with the domain's uid."""
     uid = domain_uid(cd)
@@ -160,6 +174,7 @@ def daemon_set(cd: JsonObject, namespace: str, settings: ControllerSettings) -> 
                     _field_env("POD_NAMESPACE", "metadata.namespace"),
                     {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
                     {"name": "FEATURE_GATES", "value": settings.feature_gates.to_string()},
+                    *_retention_env(settings),
                 ],
                 "startupProbe": _exec_probe(
                     initial_delay_s=0, period_s=1, timeout_s=10, failure_threshold=1200

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cdctl.api.gates import FeatureGates, defaults
+from cdctl.domain.retention import RetentionPolicy
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,17 @@ class ControllerSettings:
     http_endpoint: str = ""
     metrics_path: str = "/metrics"
     pprof_path: str = ""
+    # NAMESPACE/NAME of the service account whose tokens may read the event log over the HTTP endpoint
+    # (`cdctl collect`); empty: the log is not served.
+    event_log_reader: str = ""
     kubeconfig: str | None = None
     kube_api_qps: float = 5.0
     kube_api_burst: int = 10
     resource_api_version: str | None = None
     db_path: str = ""
     log_key_file: str = ""  # the event log's HMAC key (a file); empty: an unkeyed log
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)  # its log's, and the daemons'
+    retention_interval_s: float = 3600.0
     workers: int = 16
     cleanup_interval_s: float = 600.0
     watch_timeout_s: int = 300

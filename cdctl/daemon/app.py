@@ -6,7 +6,8 @@ merge-patch the pod's clique label; with an empty clique ID idle until stopped; 
 from the plugin's template (bind IP = pod IP, node list path), write the DNS-names node list, then follow the
 clique (or the domain's status without the ComputeDomainCliques gate) into cdctl.daemon.peers while the
 readiness monitor runs. A fatal error in either ends the run with that error (non-zero exit), after IMEX was
-stopped (SIGTERM, wait) and the stop recorded.
+stopped (SIGTERM, wait) and the stop recorded. While the log is open the retention loop compacts it under
+the settings' policy (cdctl.projections.retention; the daemon resumes from no projection).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from cdctl.domain.imex import ImexDaemonStarted, ImexDaemonStopped, PeerListing,
 from cdctl.k8s.daemonpods import daemon_api, follow_clique, follow_domain_status, label_own_pod
 from cdctl.k8s.errors import KubeApiError
 from cdctl.k8s.rest import KubeApi
+from cdctl.projections.retention import Retention
 
 log = structlog.get_logger(__name__)
 LABEL_RETRY_MAX_S = 10.0
@@ -76,6 +78,11 @@ class DaemonApp:
         if not s.imexd_dir.is_dir():
             raise PermanentError(f"{s.imexd_dir} does not exist (is the daemon claim's CDI mount missing?)")
         journal = await Journal.open(s.events_path, s.node_name, s.pod_name, s.log_key_file)
+        retention = Retention(
+            journal.store, s.retention, [], actor=journal.actor, interval_s=s.retention_interval_s,
+            first_delay_s=s.retention_first_delay_s,
+        )  # fmt: skip
+        compacting = asyncio.create_task(retention.run(), name="retention")
         reason, failed = "stopped by signal", False
         try:
             await journal.record(
@@ -95,6 +102,9 @@ class DaemonApp:
             reason, failed = str(exc), True
             raise
         finally:
+            compacting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await compacting
             await journal.record(ImexDaemonStopped(s.node_name, reason, failed))
             await journal.close()
 

@@ -7,7 +7,7 @@ the container (no COMPUTE_DOMAIN_UUID).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdctl.api.gates import COMPUTE_DOMAIN_CLIQUES, IMEX_DAEMONS_WITH_DNS_NAMES, FeatureGates
@@ -21,6 +21,7 @@ from cdctl.domain.imex import (
     NODES_NAME,
     TEMPLATE_NAME,
 )
+from cdctl.domain.retention import RetentionPolicy
 
 CDI_MISSING = "CDI container edits did not apply -- is CDI enabled in your container runtime?"
 
@@ -42,6 +43,9 @@ class DaemonSettings:
     hosts_file: Path = Path("/etc/hosts")
     db_path: Path | None = None
     log_key_file: Path | None = None  # the event log's HMAC key; None: an unkeyed log
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    retention_interval_s: float = 3600.0
+    retention_first_delay_s: float = 60.0
     kubeconfig: str | None = None
     imex_binary: str = "nvidia-imex"
     ctl_binary: str = "nvidia-imex-ctl"

@@ -120,3 +120,13 @@ class LogTampered(StoreError):
         self.path = path
         self.position = position
         self.reason = reason
+
+
+class CompactedAway(PermanentError):
+    """A point of the log before its horizon was asked for: compaction removed the events it needs.
+
+    Its own exit code (5), so a script tells "no longer kept" from a broken or missing log (3) and from a
+    collection that skipped a source (4).
+    """
+
+    exit_code = 5

@@ -9,7 +9,9 @@ the gRPC servers (DRA first, then registration, then health), then the loops: Re
 probe every `fabric_reprobe_s` and whenever `recheck` is set: it waits for a fabric that is not COMPLETED yet
 and publishes device health, cdctl.plugin.nodecheck), the stale-claim and domain-directory sweeps, and the
 projection runner that keeps this log's read models (claim_lifecycle, channel_allocations,
-checkpoint_transitions) current. Stops cleanly when `stop` is set.
+checkpoint_transitions) current, and the retention loop (cdctl.projections.retention: it compacts the log
+under `cfg.retention`, keeping the lifecycle views and the claim book at the horizon, and prunes
+`imex-history/` by the same policy, cdctl.plugin.imexhistory). Stops cleanly when `stop` is set.
 
 A node without a usable GPU driver (NVML cannot be loaded) does not crash-loop: the plugin says why once (a
 log line and a Node Event), publishes no ResourceSlice (it deletes any of this driver's slices on the node),
@@ -32,16 +34,19 @@ import structlog
 from cdctl.api import gates as fg
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import Actor
+from cdctl.domain.retention import RetentionPolicy
 from cdctl.k8s import nodes, plugincluster
 from cdctl.k8s.discovery import NoResourceApiError, discover_resource_version
 from cdctl.k8s.errors import KubeApiError
 from cdctl.k8s.informer import Informer
 from cdctl.k8s.resourceslices import PublishedDevice, SlicePublisher, resource_slices
 from cdctl.k8s.rest import KubeApi
-from cdctl.plugin import cdi, nvml
-from cdctl.plugin.checkpoint import BOOT_ID_PATH, ClaimBook, read_boot_id
+from cdctl.k8s.tokens import TokenReviewer
+from cdctl.plugin import cdi, imexhistory, nvml
+from cdctl.plugin.checkpoint import BOOT_ID_PATH, ClaimBook, ClaimBookProjection, read_boot_id
 from cdctl.plugin.devices import DRIVER_NAME
 from cdctl.plugin.driver import Driver
+from cdctl.plugin.eventlogs import COMPONENT, served_logs
 from cdctl.plugin.health import HealthBoard
 from cdctl.plugin.metrics import MetricsEndpoint, PluginMetrics
 from cdctl.plugin.nodecheck import NodeCheck
@@ -49,9 +54,11 @@ from cdctl.plugin.nodecheck import probe as probe_lib
 from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths
 from cdctl.projections.lifecycle import lifecycle_projections
+from cdctl.projections.retention import FIRST_DELAY_S, INTERVAL_S, Retention
 from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore
 from cdctl.store.integrity import read_key_file
+from cdctl.store.logserver import LogServer
 from cdctl.store.metrics import EventLogHeadCollector
 
 log = structlog.get_logger("cdctl.plugin.app")
@@ -72,6 +79,9 @@ class PluginConfig:
     healthcheck_port: int = -1
     db: Path | None = None
     log_key_file: Path | None = None  # the event log's HMAC key; None: an unkeyed log
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)  # the log's and imex-history's
+    retention_interval_s: float = INTERVAL_S
+    retention_first_delay_s: float = FIRST_DELAY_S
     kubeconfig: str | None = None
     kube_api_qps: float = 5.0
     kube_api_burst: int = 10
@@ -94,6 +104,10 @@ class PluginConfig:
     projection_batch_s: float = 0.2
     http_endpoint: str = ""
     metrics_path: str = "/metrics"
+    pod_name: str = ""  # this plugin's pod: the audience of the tokens its event-log endpoint accepts
+    # NAMESPACE/NAME of the service account whose tokens may read the event logs over the HTTP endpoint
+    # (`cdctl collect`); empty: the logs are not served.
+    event_log_reader: str = ""
 
     @property
     def plugin_dir(self) -> Path:
@@ -195,6 +209,7 @@ class PluginProcess:
         self.servers: PluginServers | None = None
         self.state: DeviceState | None = None
         self.runner: ProjectionRunner | None = None
+        self.retention: Retention | None = None
         self.metrics = PluginMetrics(cfg.node_name)
         self.http: MetricsEndpoint | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -313,7 +328,7 @@ class PluginProcess:
         )
         self.metrics.observe_records(book.records())
         if cfg.http_endpoint:
-            self.http = MetricsEndpoint(cfg.http_endpoint, cfg.metrics_path, self.metrics)
+            self.http = MetricsEndpoint(cfg.http_endpoint, cfg.metrics_path, self.metrics, self._log_server())
             await self.http.start()
         self.servers = PluginServers(
             ServerPaths(cfg.registrar_dir, cfg.plugin_dir),
@@ -328,7 +343,27 @@ class PluginProcess:
             asyncio.create_task(self._sweep_loop(), name="claim-sweep"),
             asyncio.create_task(self._project_loop(), name="projections"),
         ]
+        actor = Actor("kubelet-plugin", node=cfg.node_name)
+        self.retention = Retention(
+            self.store, cfg.retention, [*lifecycle_projections(), ClaimBookProjection(cfg.node_name)],
+            actor=actor, interval_s=cfg.retention_interval_s, first_delay_s=cfg.retention_first_delay_s,
+            after_round=lambda: self._prune_imex_history(actor),
+        )  # fmt: skip
+        self._tasks.append(asyncio.create_task(self.retention.run(), name="retention"))
         self._tasks.append(asyncio.create_task(self._fabric_loop(lib, strict), name="fabric-loop"))
+
+    def _log_server(self) -> LogServer | None:
+        """The read-only event-log routes (`cdctl collect`), when a reader is configured."""
+        cfg = self.cfg
+        if not cfg.event_log_reader:
+            return None
+        if not cfg.pod_name:
+            log.warning("not serving the event logs: the plugin's pod name is unknown (--pod-name, POD_NAME)")
+            return None
+        assert self.api is not None
+        reviewer = TokenReviewer(self.api, cfg.namespace, cfg.pod_name, cfg.event_log_reader)
+        identity = {"component": COMPONENT, "node": cfg.node_name, "pod": cfg.pod_name}
+        return LogServer(identity, lambda: served_logs(cfg.plugin_dir, cfg.db_path), reviewer)
 
     async def _publish_loop(self, publisher: SlicePublisher) -> None:
         while True:
@@ -404,6 +439,10 @@ class PluginProcess:
         short pause lets a burst of prepares share one view transaction instead of one each)."""
         assert self.runner is not None
         await self.runner.run(batch_pause=self.cfg.projection_batch_s)
+
+    async def _prune_imex_history(self, actor: Actor) -> None:
+        assert self.store is not None
+        await imexhistory.prune(self.cfg.plugin_dir, self.cfg.retention, self.store, actor)
 
     async def _sweep_loop(self) -> None:
         assert self.state is not None

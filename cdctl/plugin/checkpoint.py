@@ -6,18 +6,28 @@ atomically with the stream version it was based on (optimistic concurrency) and 
 after they are durable (a write begun is finished and folded even if its caller is cancelled).
 `observe_boot` records the boot id and invalidates the prepared claims of an older boot (the Go driver's
 checkpoint invalidation, issue 951).
+
+The book is also a projection (`ClaimBookProjection`, snapshot-only) so that compaction keeps it: at the
+horizon it keeps every claim still active and the plugin stream's version and boot id, and `load` starts
+from that snapshot. A claim that ended before the horizon is gone from the book after a restart; its stream's
+version is kept by the store (stream_versions), and a first append for it asks the store for that version.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import structlog
 
 from cdctl.domain import claims as c
-from cdctl.domain.events import Actor, DomainEvent, NewEvent, decode
-from cdctl.store import EventStore, StreamAppend
+from cdctl.domain.errors import StoreError
+from cdctl.domain.events import Actor, DomainEvent, NewEvent, RecordedEvent, decode
+from cdctl.projections.base import Change, Projection, Row, View
+from cdctl.projections.sinks import SqliteSink
+from cdctl.store import EventStore, SqliteEventStore, StreamAppend
 
 log = structlog.get_logger("cdctl.plugin.checkpoint")
 
@@ -34,6 +44,66 @@ def read_boot_id(path: str = BOOT_ID_PATH) -> str:
         return ""
 
 
+SNAPSHOT_NAME = "claim_book"
+_PLUGIN_KEY = ("plugin",)
+
+
+def record_row(record: c.ClaimRecord) -> Row:
+    row = dataclasses.asdict(record)
+    row["state"] = record.state.value if record.state is not None else None
+    return row
+
+
+def row_record(row: Row) -> c.ClaimRecord:
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}
+    values["state"] = c.ClaimState(row["state"]) if row.get("state") else None
+    return c.ClaimRecord(**values)
+
+
+class ClaimBookProjection(Projection):
+    """The claim book as a snapshot-only projection (no table): what compaction keeps of the checkpoint.
+
+    While folding, a claim's view entry holds its ClaimRecord (`{"record": ...}`: folding is the plugin's own
+    start-up fold); the snapshot holds records as plain rows, of the active claims only.
+    """
+
+    name = table = SNAPSHOT_NAME
+    columns = ("claim_uid",)
+    key_columns = ("claim_uid",)
+
+    def __init__(self, node: str) -> None:
+        self.plugin_stream = c.plugin_stream(node)
+
+    def wants(self, event: RecordedEvent) -> bool:
+        return event.stream.startswith(c.CLAIM_STREAM_PREFIX) or event.stream == self.plugin_stream
+
+    def fold(self, view: View, event: RecordedEvent) -> list[Change]:
+        if event.stream == self.plugin_stream:
+            typed = decode(event)
+            boot = (
+                typed.boot_id
+                if isinstance(typed, c.PluginStarted)
+                else view.get(_PLUGIN_KEY, {}).get("boot_id")
+            )
+            return [Change(_PLUGIN_KEY, {"version": event.version, "boot_id": boot or ""}, persist=False)]
+        uid = event.stream[len(c.CLAIM_STREAM_PREFIX) :]
+        known = view.get(("claim", uid))
+        record = known["record"] if known is not None else c.ClaimRecord(uid)
+        record = c.fold(record, decode(event), event.version)
+        return [Change(("claim", uid), {"record": record}, persist=False)]
+
+    def restore_view(self, rows: Iterable[tuple[tuple[Any, ...], Row]]) -> dict[tuple[Any, ...], Row]:
+        return {key: row if key == _PLUGIN_KEY else {"record": row_record(row)} for key, row in rows}
+
+    def snapshot_view(self, view: View) -> dict[tuple[Any, ...], Row]:
+        """Active claims and the plugin stream's state: a claim that ended holds nothing on the node."""
+        return {
+            key: row if key == _PLUGIN_KEY else record_row(row["record"])
+            for key, row in view.items()
+            if key == _PLUGIN_KEY or row["record"].active
+        }
+
+
 class ClaimBook:
     """In-memory fold of the node's claim streams, written through to the event log."""
 
@@ -44,12 +114,26 @@ class ClaimBook:
         self._records: dict[str, c.ClaimRecord] = {}
         self._boot_id = ""
         self._plugin_version = 0
+        self.compacted = False  # loaded from a compaction's snapshot: claims that ended before it are gone
 
     @classmethod
     async def load(cls, store: EventStore, node: str, actor: Actor | None = None) -> ClaimBook:
         book = cls(store, node, actor or Actor("kubelet-plugin", node=node))
         after = 0
         plugin_stream = c.plugin_stream(node)
+        if isinstance(store, SqliteEventStore) and await store.horizon() is not None:
+            snapshot = await SqliteSink(store).load_snapshot(SNAPSHOT_NAME, store.head())
+            if snapshot is None:
+                raise StoreError(
+                    f"{store.path}: compacted without a snapshot of the claim book: its claims are unknown"
+                )
+            book.compacted = True
+            after, rows = snapshot
+            for key, row in rows:
+                if tuple(key) == _PLUGIN_KEY:
+                    book._plugin_version, book._boot_id = int(row["version"]), str(row["boot_id"])
+                else:
+                    book._records[str(key[1])] = row_record(row)
         while True:
             batch = await store.read_all(after=after, limit=_READ_BATCH)
             if not batch:
@@ -88,7 +172,10 @@ class ClaimBook:
         self, uid: str, events: Sequence[DomainEvent], *, expected_version: int | None = None
     ) -> c.ClaimRecord:
         """Append `events` to `claim/<uid>` atomically; fold them once durable. Raises ConcurrencyConflict."""
-        current = self._records.get(uid) or c.ClaimRecord(uid)
+        current = self._records.get(uid)
+        if current is None:  # new here, or ended before the log's horizon: the store knows its version
+            version = await self.store.stream_version(c.claim_stream(uid)) if self.compacted else 0
+            current = c.ClaimRecord(uid, version=version)
         expected = current.version if expected_version is None else expected_version
         # Check the moves before writing, so an illegal transition never reaches the log.
         probe = current

@@ -1,7 +1,8 @@
 """The kubelet plugin's Prometheus metrics (the Go plugin's names) and its HTTP endpoint.
 
 Counted by cdctl.plugin.driver per claim and by the checkpoint after each change; served by the plugin
-process on `--http-endpoint` at `--metrics-path` (plus `/healthz`). Every labelled series exists from the
+process on `--http-endpoint` at `--metrics-path` (plus `/healthz`, and with a log server the read-only event
+log routes of cdctl.store.logserver). Every labelled series exists from the
 start with value zero. Unlike the Go plugin, `nvidia_dra_requests_total` counts every request, not only
 the successful ones; failures are also counted by error type.
 """
@@ -21,6 +22,7 @@ from prometheus_client import (
 )
 
 from cdctl.domain.claims import ClaimRecord
+from cdctl.store.logserver import LogServer
 
 DRIVER = "compute-domain.nvidia.com"
 OPERATIONS = ("prepare", "unprepare")
@@ -91,16 +93,21 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
 
 
 class MetricsEndpoint:
-    def __init__(self, endpoint: str, path: str, metrics: PluginMetrics) -> None:
+    def __init__(
+        self, endpoint: str, path: str, metrics: PluginMetrics, log_server: LogServer | None = None
+    ) -> None:
         self.host, self.port = parse_endpoint(endpoint)
         self.path = path or "/metrics"
         self.metrics = metrics
+        self.log_server = log_server
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get(self.path, self._serve)
         app.router.add_get("/healthz", self._healthz)
+        if self.log_server is not None:
+            self.log_server.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)

@@ -4,12 +4,14 @@ The view is a mapping of keys to rows. `fold` reads it and returns the changes t
 mutates and does no I/O, so the same code runs in the live runner, in `cdctl replay` and in `cdctl verify`.
 A change may be persisted to the projection's table, retained in the live view, or both: history rows are
 persisted but not retained (the table is their home), and private indexes are retained but not persisted.
+Compaction keeps each projection's view at its horizon (`snapshot_view`); the rows of the table that view
+still explains (`table_image`) are kept with it, and history rows before the horizon go.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from cdctl.domain.events import RecordedEvent
@@ -76,6 +78,26 @@ class Projection(abc.ABC):
 
     def row_key(self, row: Row) -> Key:
         return tuple(row[c] for c in self.key_columns)
+
+    def snapshot_view(self, view: View) -> dict[Key, Row]:
+        """The view kept at a compaction's horizon (a projection may drop what nothing after it needs)."""
+        return dict(view)
+
+    def restore_view(self, rows: Iterable[tuple[Key, Row]]) -> dict[Key, Row]:
+        """The view to fold on from, given a snapshot's rows (the inverse of `snapshot_view`'s encoding)."""
+        return dict(rows)
+
+    def table_image(self, view: View) -> dict[Key, Row]:
+        """The table rows a view holds: a change both persisted and retained puts the same row in each.
+
+        Private index entries (retained, never persisted) are told apart by not being rows of the table.
+        """
+        columns = self.columns
+        return {
+            key: row
+            for key, row in view.items()
+            if all(c in row for c in columns) and self.row_key(row) == key
+        }
 
 
 class Router:

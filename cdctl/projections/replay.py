@@ -4,7 +4,10 @@
 `cdctl replay --at`). `verify` recomputes the hash chain (with the log's key, and against heads published
 outside the file) and rebuilds every projection up to its tracked position, and compares with what the file
 stores (`cdctl verify`). Both read through the store's readers, so they work on a file a live component is
-writing.
+writing. On a compacted log both start from the snapshots kept at the horizon: the chain from its anchor,
+the views from the horizon views (and the table rows they hold); a point before the horizon is refused
+(`CompactedAway`, exit 5). A table row the rebuild meets only through partial changes after the horizon
+(its history row went with the compaction) is compared on the columns those changes set.
 """
 
 from __future__ import annotations
@@ -15,26 +18,41 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cdctl.domain import hashchain
-from cdctl.domain.errors import LogTampered
+from cdctl.domain.errors import CompactedAway, LogTampered
 from cdctl.domain.events import RecordedEvent
 from cdctl.projections.base import Key, Projection, Router, Row, apply_to_table
-from cdctl.projections.sinks import ViewSink
-from cdctl.store import integrity
+from cdctl.projections.sinks import ViewSink, decode_snapshot
+from cdctl.store import compaction, integrity
 from cdctl.store.base import EventStore
+from cdctl.store.sealing import format_time
 from cdctl.store.sqlite import SqliteEventStore
 
 BATCH = 5_000
 
 
-class Rebuild:
-    """Folds events into each projection's live view and table image, from nothing."""
+class Partial(dict[str, Any]):
+    """A table row the rebuild knows only the partially changed columns of (its row predates the horizon)."""
 
-    def __init__(self, projections: Sequence[Projection]) -> None:
+
+class Rebuild:
+    """Folds events into each projection's live view and table image, from nothing or from a horizon."""
+
+    def __init__(
+        self,
+        projections: Sequence[Projection],
+        start: dict[str, dict[Key, Row]] | None = None,
+        position: int = 0,
+    ) -> None:
         self.projections = list(projections)
-        self.views: dict[str, dict[Key, Row]] = {p.name: {} for p in self.projections}
-        self.tables: dict[str, dict[Key, Row]] = {p.name: {} for p in self.projections}
-        self.position = 0
+        start = start if start is not None else {}
+        self.views: dict[str, dict[Key, Row]] = {
+            p.name: dict(start.get(p.name, {})) for p in self.projections
+        }
+        self.tables: dict[str, dict[Key, Row]] = {
+            p.name: p.table_image(self.views[p.name]) for p in self.projections
+        }
+        self.from_horizon = position > 0
+        self.position = position
         self.router = Router(self.projections)
 
     def feed(self, events: Iterable[RecordedEvent], upto: dict[str, int] | None = None) -> None:
@@ -55,7 +73,11 @@ class Rebuild:
                             view[key] = row
                     elif key in view:
                         del view[key]
-                    if persist:
+                    if not persist:
+                        pass
+                    elif partial and self.from_horizon and isinstance(table.get(key, Partial()), Partial):
+                        table[key] = Partial({**table.get(key, {}), **(row or {})})
+                    else:
                         apply_to_table(table, change)
             self.position = event.position
 
@@ -70,6 +92,29 @@ class ReplayResult:
         return {"position": self.position, "events": self.events, "tables": self.tables}
 
 
+async def horizon_start(
+    store: EventStore,
+) -> tuple[compaction.Horizon | None, dict[str, dict[Key, Row]]]:
+    """The log's horizon and the views kept there (none for a log never compacted)."""
+    if not isinstance(store, SqliteEventStore):
+        return None, {}
+    horizon = await store.horizon()
+    if horizon is None:
+        return None, {}
+    kept = await store.on_reader(compaction.horizon_snapshots)
+    return horizon, {name: dict(decode_snapshot(state)) for name, _, state in kept}
+
+
+def before_horizon(store: EventStore, horizon: compaction.Horizon, asked: str) -> CompactedAway:
+    path = getattr(store, "path", "event log")
+    return CompactedAway(
+        f"{path}: {asked} is before the log's horizon: compaction removed positions"
+        f" {horizon.first_position}..{horizon.position} (recorded up to {horizon.recorded_at}; reason"
+        f" {horizon.reason}, at {horizon.started_at}, record at position {horizon.record_position});"
+        f" the earliest point kept is --position {horizon.position} or --at {horizon.recorded_at}"
+    )
+
+
 async def replay(
     store: EventStore,
     projections: Sequence[Projection],
@@ -77,9 +122,20 @@ async def replay(
     position: int | None = None,
     until: datetime | None = None,
 ) -> ReplayResult:
-    """The projections' tables as they were after `position` (or at instant `until`)."""
-    rebuild = Rebuild(projections)
+    """The projections' tables as they were after `position` (or at instant `until`).
+
+    On a compacted log the fold starts at the horizon, from the views kept there; a point before it raises
+    CompactedAway naming the horizon.
+    """
+    horizon, start = await horizon_start(store)
     after, count = 0, 0
+    if horizon is not None:
+        if position is not None and position < horizon.position:
+            raise before_horizon(store, horizon, f"position {position}")
+        if until is not None and format_time(until) < horizon.recorded_at:
+            raise before_horizon(store, horizon, f"instant {format_time(until)}")
+        after = horizon.position
+    rebuild = Rebuild(projections, start, after)
     while True:
         events = await store.read_all(after=after, limit=BATCH, until=until)
         if position is not None:
@@ -89,7 +145,10 @@ async def replay(
         rebuild.feed(events)
         count += len(events)
         after = events[-1].position
-    tables = {name: [table[k] for k in sorted(table, key=repr)] for name, table in rebuild.tables.items()}
+    tables = {
+        name: [table[k] for k in sorted(table, key=repr) if not isinstance(table[k], Partial)]
+        for name, table in rebuild.tables.items()
+    }
     return ReplayResult(rebuild.position, count, tables)
 
 
@@ -98,6 +157,8 @@ class VerifyReport:
     events: int = 0
     first_bad_position: int | None = None
     problems: list[str] = field(default_factory=list)
+    horizon: compaction.Horizon | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -121,7 +182,9 @@ async def verify_chain(
     def check(db: sqlite3.Connection) -> tuple[int, dict[int, str]]:
         recorded = integrity.read_scheme(db)
         scheme = integrity.resolve_scheme(recorded, key, path, option="--key-file", adopt=False)
-        checked = integrity.check_chain(db, scheme, 0, hashchain.GENESIS, path)
+        report.horizon = integrity.check_compaction(db, path)
+        start, start_hash = integrity.chain_start(report.horizon)
+        checked = integrity.check_chain(db, scheme, start, start_hash, path)
         wanted = [position for position, _ in expect_heads]
         found = {
             int(position): str(hash_)
@@ -139,6 +202,11 @@ async def verify_chain(
         return
     head = store.head()
     for position, expected in expect_heads:
+        if report.horizon is not None and position <= report.horizon.position:
+            report.notes.append(
+                f"published head {position} is at or below the horizon: compacted, not checked"
+            )
+            continue
         if position not in found:
             problem = f"the log ends at position {head}, before the published head {position}"
             problem += ": events were deleted"
@@ -157,8 +225,14 @@ async def verify_projections(
     store: SqliteEventStore, projections: Sequence[Projection], sink: ViewSink, report: VerifyReport
 ) -> None:
     upto = await sink.load_positions()
-    rebuild = Rebuild(projections)
-    after = 0
+    horizon, start = await horizon_start(store)
+    after = horizon.position if horizon is not None else 0
+    for projection in projections:
+        if horizon is not None and upto.get(projection.name, 0) and projection.name not in start:
+            report.problems.append(
+                f"projection {projection.name}: no snapshot kept at the horizon {after}: cannot rebuild it"
+            )
+    rebuild = Rebuild(projections, start, after)
     limit = max(upto.values(), default=0)
     while after < limit:
         events = await store.read_all(after=after, limit=BATCH)
@@ -169,15 +243,27 @@ async def verify_projections(
     for projection in projections:
         stored = {projection.row_key(r): r for r in await sink.table_rows(projection)}
         rebuilt = rebuild.tables[projection.name]
+        if horizon is not None and horizon.pending:  # rows the unfinished compaction is about to remove
+            held = projection.table_image(start.get(projection.name, {}))
+            for key in [k for k, r in stored.items() if r["position"] <= horizon.position and k not in held]:
+                del stored[key]
         for key in sorted(set(stored) | set(rebuilt), key=repr):
-            if stored.get(key) != rebuilt.get(key):
-                culprit = (rebuilt.get(key) or stored.get(key) or {}).get("position")
-                where = f"position {culprit}" if culprit is not None else "unknown position"
-                report.problems.append(
-                    f"projection {projection.name}: row {list(key)} differs from the rebuilt one ({where})"
-                )
-                if culprit is not None and (
-                    report.first_bad_position is None or culprit < report.first_bad_position
-                ):
-                    report.first_bad_position = int(culprit)
-                break
+            if _same(stored.get(key), rebuilt.get(key)):
+                continue
+            culprit = (rebuilt.get(key) or stored.get(key) or {}).get("position")
+            where = f"position {culprit}" if culprit is not None else "unknown position"
+            report.problems.append(
+                f"projection {projection.name}: row {list(key)} differs from the rebuilt one ({where})"
+            )
+            if culprit is not None and (
+                report.first_bad_position is None or culprit < report.first_bad_position
+            ):
+                report.first_bad_position = int(culprit)
+            break
+
+
+def _same(stored: Row | None, rebuilt: Row | None) -> bool:
+    """A partial row matches a stored row that agrees on its columns, or none (its history went first)."""
+    if isinstance(rebuilt, Partial):
+        return stored is None or all(stored.get(column) == value for column, value in rebuilt.items())
+    return stored == rebuilt

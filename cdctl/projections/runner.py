@@ -2,7 +2,9 @@
 
 On start each projection resumes from its tracked position: its in-memory view is rebuilt from the latest
 snapshot at or before that position plus the events between (not re-persisted), so start-up time is
-bounded by the snapshot interval, not the log's length. Then batches of events are folded against an
+bounded by the snapshot interval, not the log's length. On a compacted log that snapshot is at or after the
+horizon (the compaction kept one at it); a projection without one is refused rather than folded from a log
+missing its beginning. Then batches of events are folded against an
 overlay and committed through the sink in one transaction; the overlay joins the live view only after the
 commit succeeds, so a failure between fold and commit applies nothing and a retry applies each event once.
 Components (plugin, controller, daemon) run one runner over their log and read `view(name)`.
@@ -13,10 +15,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 
+from cdctl.domain.errors import StoreError
 from cdctl.domain.events import RecordedEvent
 from cdctl.projections.base import Change, Key, Projection, Row, merge_change
 from cdctl.projections.sinks import ViewSink, encode_snapshot, sink_for
 from cdctl.store.base import EventStore
+from cdctl.store.sqlite import SqliteEventStore
 
 _DELETED: Row = {}
 
@@ -93,6 +97,7 @@ class ProjectionRunner:
     async def start(self) -> None:
         """Resume every projection from its tracked position (snapshot + tail, nothing re-persisted)."""
         tracked = await self.sink.load_positions()
+        horizon = await self.store.horizon() if isinstance(self.store, SqliteEventStore) else None
         starts: dict[str, int] = {}
         for projection in self.projections:
             position = tracked.get(projection.name, 0)
@@ -102,6 +107,11 @@ class ProjectionRunner:
                 self.views[projection.name] = dict(snapshot[1])
             else:
                 starts[projection.name] = 0
+            if horizon is not None and starts[projection.name] < horizon.position:
+                raise StoreError(
+                    f"projection {projection.name}: no snapshot at or after the log's horizon"
+                    f" {horizon.position} (events up to it were compacted): it cannot be rebuilt"
+                )
             self.positions[projection.name] = position
         after = min(starts.values(), default=0)
         target = max(self.positions.values(), default=0)

@@ -95,11 +95,15 @@ class SqliteSink:
         }
 
     async def load_snapshot(self, name: str, at_most: int) -> Snapshot | None:
-        rows = await self.store.query(
-            "SELECT position, state FROM snapshots WHERE name = ? AND position <= ?"
-            " ORDER BY position DESC LIMIT 1",
-            (name, at_most),
+        """The latest snapshot at or before `at_most`: a regular one, or the one a compaction kept."""
+        sql, params = (
+            "SELECT position, state FROM snapshots WHERE name = ? AND position <= ?",
+            [name, at_most],
         )
+        if self.store.schema_version >= 7:
+            sql += " UNION ALL SELECT position, state FROM horizon_snapshots WHERE name = ? AND position <= ?"
+            params += [name, at_most]
+        rows = await self.store.query(f"{sql} ORDER BY position DESC LIMIT 1", tuple(params))
         if not rows:
             return None
         return int(rows[0][0]), decode_snapshot(str(rows[0][1]))

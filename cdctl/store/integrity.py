@@ -9,6 +9,9 @@ HMAC-SHA256 under a key after position `keyed_from`. Here:
   first missing position, wrong link or row whose JSON does not parse.
 - `open_check` is what a writing process runs at open: from the latest snapshot (whose recorded hash must
   match the log's) to the end, then adopts a key given for a log that had none.
+- On a compacted log (cdctl.store.compaction) the chain starts at the anchor, the hash of the last removed
+  event recorded by the latest compaction; `check_compaction` holds that record against its event in the
+  chain, the horizon snapshots against the digest it recorded, and the file against what it says is gone.
 The functions run on the store's driver thread with a plain sqlite3 connection, in one hop. Called by
 cdctl.store.sqlite (open) and cdctl.projections.replay (verify).
 """
@@ -24,6 +27,8 @@ import orjson
 
 from cdctl.domain import hashchain
 from cdctl.domain.errors import InvalidInput, LogTampered, StoreError
+from cdctl.domain.retention import LogCompactionStarted
+from cdctl.store import compaction
 
 MIN_KEY_BYTES = 16
 _SELECT_LINKS = (
@@ -144,13 +149,90 @@ def check_chain(
     return checked
 
 
-def snapshot_start(db: sqlite3.Connection, head: int, path: str) -> tuple[int, str]:
-    """Where the open check starts: the latest snapshot with a recorded hash, which must match the log's."""
+def chain_start(horizon: compaction.Horizon | None) -> tuple[int, str]:
+    """Where the chain is checked from: the anchor of the latest compaction, or the genesis hash."""
+    if horizon is None:
+        return 0, hashchain.GENESIS
+    return horizon.position, horizon.anchor_hash
+
+
+def check_compaction(db: sqlite3.Connection, path: str) -> compaction.Horizon | None:
+    """The latest horizon, once its record agrees with the chain; raises LogTampered otherwise.
+
+    Each `compactions` row whose LogCompactionStarted event is still held must match that event (the chain
+    covers the event, so an edit of either shows); the horizon snapshots must have the digest the record
+    names; a completed compaction leaves no event at or below its horizon; no deletion grant is left open.
+    """
+    if not compaction.has_table(db, "compactions"):
+        return None
+    horizon = compaction.read_horizon(db)
+    grants = db.execute("SELECT COUNT(*) FROM compaction_grant").fetchone()[0]
+    if grants:
+        where = horizon.position + 1 if horizon is not None else 1
+        raise tampered(path, where, "a compaction grant is left in the file (the deletion guard is open)")
+    if horizon is None:
+        return None
+    rows = db.execute(
+        "SELECT record_position, first_position, horizon, anchor_hash, horizon_recorded_at, reason,"
+        " snapshot_digest FROM compactions WHERE record_position > ? ORDER BY record_position",
+        (horizon.position,),
+    ).fetchall()
+    for position, first, last, anchor, latest, reason, digest in rows:
+        found = db.execute("SELECT type, data FROM events WHERE position = ?", (position,)).fetchone()
+        if found is None:
+            raise tampered(path, int(position), "the event recording a compaction is missing")
+        if found[0] != LogCompactionStarted.TYPE:
+            raise tampered(path, int(position), f"a compaction is recorded here but the event is {found[0]}")
+        try:
+            data = orjson.loads(found[1])
+        except orjson.JSONDecodeError:
+            raise tampered(path, int(position), "its data is not valid JSON") from None
+        fields = ("first_position", "last_position", "anchor_hash", "horizon_recorded_at", "reason")
+        recorded = (*(data.get(name) for name in fields), data.get("snapshot_digest"))
+        if recorded != (first, last, anchor, latest, reason, digest):
+            raise tampered(
+                path,
+                int(position),
+                "the compaction recorded by this event differs from the compactions table",
+            )
+    if horizon.record_position <= horizon.position:
+        raise tampered(path, horizon.record_position, "a compaction record lies inside the range it removed")
+    digest = compaction.snapshot_digest(compaction.horizon_snapshots(db))
+    if digest != horizon.snapshot_digest:
+        raise tampered(
+            path,
+            horizon.record_position,
+            "the snapshots kept at the horizon differ from the digest the compaction recorded",
+        )
+    if not horizon.pending:
+        lowest = compaction.lowest_position(db)
+        if lowest is not None and lowest <= horizon.position:
+            raise tampered(
+                path,
+                lowest,
+                f"an event lies at or below the horizon {horizon.position} of a finished compaction",
+            )
+    return horizon
+
+
+def snapshot_start(
+    db: sqlite3.Connection, head: int, path: str, horizon: compaction.Horizon | None = None
+) -> tuple[int, str]:
+    """Where the open check starts: the latest snapshot with a recorded hash, which must match the log's.
+
+    On a compacted log, a snapshot at the horizon is held against the anchor (its event is gone), and the
+    check never starts before the anchor.
+    """
+    start = chain_start(horizon)
     row = db.execute(
         "SELECT position, hash FROM snapshots WHERE hash <> '' ORDER BY position DESC LIMIT 1"
     ).fetchone()
-    if row is None:
-        return 0, hashchain.GENESIS
+    if row is None or int(row[0]) <= start[0]:
+        if row is not None and int(row[0]) == start[0] and str(row[1]) != start[1]:
+            raise tampered(
+                path, start[0], "its hash differs from the one recorded by the snapshot taken there"
+            )
+        return start
     position, recorded = int(row[0]), str(row[1])
     if position > head:
         raise tampered(
@@ -170,7 +252,8 @@ def open_check(db: sqlite3.Connection, key: bytes | None, path: str) -> tuple[ha
     recorded = read_scheme(db)
     scheme = resolve_scheme(recorded, key, path, option="--log-key-file", adopt=True)
     head, _ = tip(db)
-    start, start_hash = snapshot_start(db, head, path)
+    horizon = check_compaction(db, path)
+    start, start_hash = snapshot_start(db, head, path, horizon)
     checked = check_chain(db, scheme, start, start_hash, path)
     if key is not None and not recorded.keyed:
         scheme = adopt_key(db, key, head)

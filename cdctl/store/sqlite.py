@@ -7,7 +7,9 @@ writer. The log file and its -wal/-shm are 0600 whatever the umask (SQLite gives
 file's mode). A writable log
 connects its reader at the first read: an IMEX daemon's journal only appends, and a second engine and
 connection (with its thread) were a third of a daemon's start-up. Components open their
-log once at start; the CLI opens files read-only with `open(path, read_only=True)`.
+log once at start; the CLI opens files read-only with `open(path, read_only=True)`. A new log is created
+with auto_vacuum=INCREMENTAL, so that compaction (cdctl.store.compaction, through `sync`) can give space back;
+the writer caps the WAL file it leaves after a checkpoint at WAL_SIZE_LIMIT.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from sqlalchemy.pool import NullPool
 from cdctl.domain import hashchain
 from cdctl.domain.errors import StoreError
 from cdctl.domain.events import RecordedEvent, upcast
-from cdctl.store import integrity, schema
+from cdctl.store import compaction, integrity, schema
 from cdctl.store.base import EventStore, HeadNotifier, StreamAppend
 from cdctl.store.driver import driver_of, fetchall, in_driver_thread
 from cdctl.store.sealing import format_time
-from cdctl.store.writer import WriteFn, Writer, locked_or_failed
+from cdctl.store.writer import SyncFn, WriteFn, Writer, locked_or_failed
 
 PRAGMAS = (
     "PRAGMA journal_mode = WAL",
@@ -41,6 +43,7 @@ PRAGMAS = (
     "PRAGMA foreign_keys = ON",
 )
 READ_BUSY_TIMEOUT_MS = 1000
+WAL_SIZE_LIMIT = 64 << 20  # bytes a checkpointed WAL file is truncated to (compaction writes a lot at once)
 FILE_MODE = 0o600  # the log names every tenant's claims and domains: owner-only
 SIDE_FILES = ("-wal", "-shm", "-journal")
 T = TypeVar("T")
@@ -121,6 +124,8 @@ def _engine(path: Path, read_only: bool) -> AsyncEngine:
             # Readers (the CLI, projections' reads) must never write, and should not wait long on a lock.
             cursor.execute("PRAGMA query_only = ON")
             cursor.execute(f"PRAGMA busy_timeout = {READ_BUSY_TIMEOUT_MS}")
+        else:
+            cursor.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         cursor.close()
 
     return engine
@@ -227,6 +232,11 @@ class SqliteEventStore(EventStore):
         raw = await conn.get_raw_connection()
         driver = raw.driver_connection
         assert driver is not None
+        if int(current) == 0 and not await driver.execute_fetchall("SELECT 1 FROM sqlite_master"):
+            # Only an empty file can take a vacuum mode without rewriting it: a new log gets the one that
+            # lets compaction give pages back a few at a time.
+            await driver.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            await driver.execute("VACUUM")
         for migration in todo:
             try:
                 await driver.executescript(schema.migration_script(migration))
@@ -259,6 +269,18 @@ class SqliteEventStore(EventStore):
     async def write(self, fn: WriteFn) -> Any:
         """Run `fn(connection)` in the writer's transaction (projection views, snapshots)."""
         return await self._require_writer().write(fn)
+
+    async def sync(
+        self, appends: Sequence[StreamAppend], fn: SyncFn, *, transaction: bool = True
+    ) -> tuple[list[RecordedEvent], Any]:
+        """Append `appends` and run `fn(sqlite3 connection, recorded)` in one writer transaction, one hop."""
+        return await self._require_writer().sync(appends, fn, transaction=transaction)
+
+    async def horizon(self) -> compaction.Horizon | None:
+        """The latest compaction (events up to its position are gone), or None."""
+        if self.schema_version < 7:
+            return None
+        return await self.on_reader(compaction.read_horizon)
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """A read on the reader connection (never blocks the writer), in one thread hop."""
@@ -300,7 +322,12 @@ class SqliteEventStore(EventStore):
         return [row_to_event(r, self.path) for r in await self.query(sql, tuple(params))]
 
     async def stream_version(self, stream: str) -> int:
-        rows = await self.query("SELECT COALESCE(MAX(version), 0) FROM events WHERE stream = ?", (stream,))
+        sql = "SELECT COALESCE(MAX(version), 0) FROM events WHERE stream = ?"
+        if self.schema_version >= 7:  # a stream compacted away keeps its last version there
+            sql = f"SELECT MAX(({sql}), COALESCE((SELECT version FROM stream_versions WHERE stream = ?), 0))"
+            rows = await self.query(sql, (stream, stream))
+        else:
+            rows = await self.query(sql, (stream,))
         return int(rows[0][0])
 
     def head(self) -> int:

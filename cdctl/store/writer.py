@@ -3,8 +3,11 @@
 Appends and other write jobs (projection updates, snapshots) are queued to it. It takes whatever is queued
 (group commit), seals appends against the log's tip, and commits them in one `BEGIN IMMEDIATE` transaction;
 each caller's future resolves only after the commit is durable, then subscribers are woken. A conflicting
-append fails alone; a failed commit fails its group and the tip is reloaded from the file.
-Used by cdctl.store.sqlite.SqliteEventStore.
+append fails alone; a failed commit fails its group and the tip is reloaded from the file. A sync job runs a
+function on the driver's thread in one hop, alone in its own transaction, after the append it carries if any
+(compaction's record and its bounded batches: cdctl.store.compaction); being queued like any append, it
+never interleaves with one. A job whose caller was cancelled still runs; its outcome is dropped, and the
+writer goes on. Used by cdctl.store.sqlite.SqliteEventStore.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from cdctl.store.driver import driver_of, in_driver_thread
 from cdctl.store.sealing import Chain, SealedEvent, seal, utc_now
 
 WriteFn = Callable[[AsyncConnection], Awaitable[Any]]
+SyncFn = Callable[[sqlite3.Connection, list[RecordedEvent]], Any]
 
 _INSERT_EVENT = (
     "INSERT INTO events (position, stream, version, type, schema_version, data, metadata, recorded_at, hash)"
@@ -41,6 +45,8 @@ _Outcome = list[SealedEvent] | Exception
 class _Job:
     appends: Sequence[StreamAppend] | None
     write: WriteFn | None
+    sync: SyncFn | None = None
+    transaction: bool = True
     done: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -89,6 +95,19 @@ class Writer:
 
     async def write(self, fn: WriteFn) -> Any:
         return await self._submit(_Job(None, fn))
+
+    async def sync(
+        self, appends: Sequence[StreamAppend], fn: SyncFn, *, transaction: bool = True
+    ) -> tuple[list[RecordedEvent], Any]:
+        """Append `appends` (may be empty) and run `fn(db, recorded)` in the same transaction, on the driver's
+        thread. Without `transaction` (and without appends) `fn` manages its own (PRAGMA incremental_vacuum).
+        """
+        if not transaction and appends:
+            raise StoreError(f"{self._path}: an append needs a transaction")
+        result: tuple[list[RecordedEvent], Any] = await self._submit(
+            _Job(appends, None, fn, transaction=transaction)
+        )
+        return result
 
     async def _submit(self, job: _Job) -> Any:
         if self._dead is not None:
@@ -139,12 +158,14 @@ class Writer:
                     break
                 group.append(job)
             self._inflight = group
-            appends = [job for job in group if job.appends is not None]
+            appends = [job for job in group if job.appends is not None and job.sync is None]
             if appends:
                 await self._commit_appends(appends)
             for job in group:
                 if job.write is not None:
                     await self._commit_write(job)
+                elif job.sync is not None:
+                    await self._commit_sync(job)
             if stop:
                 return
 
@@ -162,6 +183,7 @@ class Writer:
         streams = {
             a.stream for job in jobs for a in job.appends or () if a.stream not in self._chain.versions
         }
+        # A stream all of whose events a compaction removed keeps its last version in stream_versions.
         keys = [
             (e.observed.uid, e.observed.resource_version)
             for job in jobs
@@ -172,8 +194,10 @@ class Writer:
         for chunk in _chunks(sorted(streams), 400):
             marks = ",".join("?" * len(chunk))
             rows = db.execute(
-                f"SELECT stream, MAX(version) FROM events WHERE stream IN ({marks}) GROUP BY stream",
-                tuple(chunk),
+                "SELECT stream, MAX(version) FROM (SELECT stream, version FROM events"
+                f" WHERE stream IN ({marks}) UNION ALL SELECT stream, version FROM stream_versions"
+                f" WHERE stream IN ({marks})) GROUP BY stream",
+                (*chunk, *chunk),
             ).fetchall()
             found = {str(row[0]): int(row[1]) for row in rows}
             for stream in chunk:
@@ -251,13 +275,55 @@ class Writer:
         self._published()
         self._resolve(jobs, outcomes)
 
+    def _sync_transaction(self, db: sqlite3.Connection, job: _Job) -> tuple[list[RecordedEvent], Any]:
+        assert job.sync is not None
+        if not job.transaction:
+            return [], job.sync(db, [])
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            recorded: list[RecordedEvent] = []
+            if job.appends:
+                [outcome] = self._seal_all([job], self._prefetch(db, [job]))
+                if isinstance(outcome, Exception):
+                    raise outcome
+                self._insert(db, [outcome])
+                recorded = [s.event for s in outcome]
+            result = job.sync(db, recorded)
+            db.execute("COMMIT")
+            return recorded, result
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    async def _commit_sync(self, job: _Job) -> None:
+        try:
+            recorded, result = await in_driver_thread(
+                self._driver, lambda db: self._sync_transaction(db, job)
+            )
+        except Exception as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                exc = locked_or_failed(exc, self._path)
+            elif isinstance(exc, sqlite3.Error):
+                exc = StoreError(f"{self._path}: write failed: {exc}")
+            if job.appends:  # nothing committed: re-read the tip the sealing advanced
+                self._chain.versions.clear()
+                await self._load_tip()
+            _settle(job, error=exc)
+            return
+        finally:
+            self._chain.observed.clear()
+        if recorded:
+            self._published()
+        _settle(job, (recorded, result))
+
     @staticmethod
     def _resolve(jobs: list[_Job], outcomes: list[_Outcome]) -> None:
         for job, outcome in zip(jobs, outcomes, strict=True):
             if isinstance(outcome, Exception):
-                job.done.set_exception(outcome)
+                _settle(job, error=outcome)
             else:
-                job.done.set_result([s.event for s in outcome])
+                _settle(job, [s.event for s in outcome])
 
     async def _commit_write(self, job: _Job) -> None:
         assert job.write is not None
@@ -268,17 +334,26 @@ class Writer:
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await self._conn.rollback()
-            job.done.set_exception(
-                locked_or_failed(exc, self._path) if isinstance(exc, OperationalError) else exc
+            _settle(
+                job, error=locked_or_failed(exc, self._path) if isinstance(exc, OperationalError) else exc
             )
             return
+        _settle(job, result)
+
+
+def _settle(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
+    """Resolve a job's future, unless its caller gave up on it (cancelled): the writer carries on."""
+    if job.done.done():
+        return
+    if error is not None:
+        job.done.set_exception(error)
+    else:
         job.done.set_result(result)
 
 
 def _fail(jobs: Sequence[_Job], error: BaseException) -> None:
     for job in jobs:
-        if not job.done.done():
-            job.done.set_exception(error)
+        _settle(job, error=error)
 
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:

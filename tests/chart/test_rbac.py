@@ -61,6 +61,8 @@ EXCEPTIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         # The Node label is removed by a patch of that label alone (the controller admission policy keeps it
         # so), not by an update of the whole Node.
         ("", "nodes"): {"patch"},
+        # The event-log endpoint (collector.enabled) reviews each reader's token: cdctl collect.
+        ("authentication.k8s.io", "tokenreviews"): {"create"},
     },
     "kubelet-plugin": {
         ("", "events"): {"create", "patch"},  # Events on the Node (fabric not ready).
@@ -68,6 +70,8 @@ EXCEPTIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         # it patches (with the copy's resourceVersion) instead of replacing the whole object.
         ("resource.nvidia.com", "computedomaincliques"): READ,
         ("", "nodes"): {"patch"},
+        # The event-log endpoint (collector.enabled) reviews each reader's token: cdctl collect.
+        ("authentication.k8s.io", "tokenreviews"): {"create"},
     },
     "daemon": {},
 }
@@ -120,6 +124,7 @@ def test_default_mode_grants_exactly_what_is_needed(rendered: dict[str, list[dic
         ("*", "resource.nvidia.com", "computedomains/status"): {"update"},
         ("*", "resource.k8s.io", "resourceclaimtemplates"): CRUD,
         ("*", "", "events"): {"create", "patch"},
+        ("*", "authentication.k8s.io", "tokenreviews"): {"create"},
         ("*", "", "nodes"): READ | {"patch"},
         (NAMESPACE, "apps", "daemonsets"): CRUD | {"patch"},
         (NAMESPACE, "", "pods"): READ,
@@ -131,6 +136,7 @@ def test_default_mode_grants_exactly_what_is_needed(rendered: dict[str, list[dic
         ("*", "resource.k8s.io", "resourceslices"): CRUD,
         ("*", "", "nodes"): READ | {"patch"},
         ("*", "", "events"): {"create", "patch"},
+        ("*", "authentication.k8s.io", "tokenreviews"): {"create"},
         (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): READ,
         (NAMESPACE, "", "pods"): {"get"},  # the owner of a daemon claim, read before it is prepared
     }
@@ -148,6 +154,7 @@ def test_host_managed_mode_drops_everything_daemon_related(rendered: dict[str, l
         ("*", "resource.nvidia.com", "computedomains/status"): {"update"},
         ("*", "resource.k8s.io", "resourceclaimtemplates"): CRUD,
         ("*", "", "events"): {"create", "patch"},
+        ("*", "authentication.k8s.io", "tokenreviews"): {"create"},
     }
     assert grants[PLUGIN] == {
         ("*", "resource.nvidia.com", "computedomains"): READ,
@@ -155,6 +162,7 @@ def test_host_managed_mode_drops_everything_daemon_related(rendered: dict[str, l
         ("*", "resource.k8s.io", "resourceslices"): CRUD,
         ("*", "", "nodes"): {"get"},
         ("*", "", "events"): {"create", "patch"},
+        ("*", "authentication.k8s.io", "tokenreviews"): {"create"},
     }
 
 

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdctl.controller.journal import Journal
+from cdctl.controller.view import DomainProjection
 from cdctl.domain.computedomains import ComputeDomainObserved, DomainActionIntended, DomainObjectObserved
-from cdctl.domain.events import Actor, decode
+from cdctl.domain.events import Actor, NewEvent, decode
 from cdctl.k8s.informer import Change, Observation
 from cdctl.k8s.resources import COMPUTE_DOMAINS, PODS
+from cdctl.projections.lifecycle import DomainHistory, lifecycle_projections
+from cdctl.projections.replay import VerifyReport, verify_chain, verify_projections
+from cdctl.projections.sinks import SqliteSink
+from cdctl.store import SqliteEventStore
 from cdctl.store.memory import InMemoryEventStore
+from tests.store.compacting import compact_through
 
 UID = "cd-uid-1"
 
@@ -50,7 +57,7 @@ def pod(rv: str, ready: bool, clique: str | None = "c.1") -> dict[str, Any]:
 
 
 class Harness:
-    def __init__(self, store: InMemoryEventStore | None) -> None:
+    def __init__(self, store: InMemoryEventStore | SqliteEventStore | None) -> None:
         self.changed: list[str] = []
         self.journal = Journal(store, Actor("test"), self.changed.append)
         self.view = self.journal.view
@@ -170,3 +177,36 @@ async def test_a_write_response_arriving_after_the_deletion_does_not_resurrect_t
     await h.close()
     assert h.view.domain(UID).daemon_pods() == []
     assert h.journal.cached(PODS, "drv", "daemon-a") is None
+
+
+async def test_after_compaction_replay_resumes_from_the_kept_view(tmp_path: Path) -> None:
+    path = tmp_path / "controller.db"
+    async with await SqliteEventStore.open(path) as store:
+        h = Harness(store)
+        await h.journal.replay()
+        h.journal.observe(Observation(COMPUTE_DOMAINS, Change.ADDED, cd("1")))
+        h.journal.observe(Observation(PODS, Change.ADDED, pod("2", ready=True)))
+        await h.settle()
+        await h.journal.record(UID, [DomainActionIntended(UID, "create", "DaemonSet", "drv", "ds")])
+        assert h.journal.history is not None
+        await h.journal.history.catch_up()
+        await h.close()
+        await store.append("s/tick", [NewEvent("Tick", {})])
+        report = await compact_through(store, store.head() - 1, [DomainHistory(), DomainProjection()])
+        assert report is not None and report.events_removed == 3
+    async with await SqliteEventStore.open(path) as store:
+        replayed = Harness(store)
+        await replayed.journal.replay()
+        assert replayed.journal.from_snapshot == report.horizon
+        state = replayed.view.domain(UID)
+        assert state.cd is not None and [p.name for _, p in state.daemon_pods()] == ["daemon-a"]
+        # The pod is still known at resourceVersion 2: its re-listing is not recorded again.
+        replayed.journal.observe(Observation(PODS, Change.MODIFIED, pod("2", ready=True)))
+        await replayed.settle()
+        await replayed.close()
+        assert [e.type for e in await store.read_all(after=report.horizon)].count("DomainObjectObserved") == 0
+    verified = VerifyReport()
+    async with await SqliteEventStore.open(path, read_only=True) as store:
+        await verify_chain(store, verified)
+        await verify_projections(store, lifecycle_projections(), SqliteSink(store), verified)
+    assert verified.ok, verified.problems

@@ -108,9 +108,11 @@ async def test_two_domains_on_disjoint_halves_of_a_rack(work_dir: Path) -> None:
         assert all(w.channel0 for states in formed.workers.values() for w in states)
         assert all(n.daemons == 1 for n in formed.nodes), "each node runs only its own domain's daemon"
         assert len(rack.daemon_dbs()) == NODES
-        assert {db.stem.rsplit("-", 1)[1] for db in rack.daemon_dbs()} == {
-            uid[:8] for uid in report.domain_uids.values()
-        }
+        assert {domain for _, domain, _ in rack.runtime.daemon_logs()} == set(report.domain_uids.values())
+
+
+def _daemon_logs(work_dir: Path) -> list[Path]:
+    return list(work_dir.glob("*/plugins/*/domains/*/events.db"))
 
 
 async def _run(*argv: str) -> tuple[int, str]:
@@ -135,7 +137,7 @@ async def test_the_command_runs_host_managed_and_its_summary_points_at_real_logs
     assert code == 0, output
     text = " ".join(output.split())
     assert "formation:" in text and "every check held" in text
-    assert not (work_dir / "daemons").exists(), "no IMEX daemon runs in host-managed mode"
+    assert not _daemon_logs(work_dir), "no IMEX daemon runs in host-managed mode"
     plugin_db = work_dir / "gb200-r00-n00" / "plugins" / "compute-domain.nvidia.com" / "events.db"
     for command in ("cdctl events --db", "cdctl sql --db", "claim_lifecycle", "cdctl replay --db", "--at"):
         assert command in text

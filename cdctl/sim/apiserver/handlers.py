@@ -3,7 +3,9 @@
 `build_app(store, settings, faults)` returns the aiohttp application that cdctl.sim.apiserver.server runs. It
 parses `/api/v1/...` and `/apis/<group>/<version>/...` paths (namespaced and cluster-wide), answers discovery,
 and maps the verbs: GET, LIST (with selectors and limit/continue), WATCH (cdctl.sim.apiserver.watchstream),
-POST, PUT, PATCH, DELETE and deletecollection, plus the `status` and pods `binding` subresources.
+POST, PUT, PATCH, DELETE and deletecollection, plus the `status` and pods `binding` subresources, the pods
+`proxy` subresource (cdctl.sim.apiserver.proxy), and TokenRequest and TokenReview
+(cdctl.sim.apiserver.authn).
 Every write is made as the request's user (cdctl.sim.apiserver.identity), in the version it was sent in: both
 are what the stored admission policies see. Every ApiError becomes a Status body. Each request is entered in
 the audit log first (cdctl.sim.apiserver.audit), faults and refusals included.
@@ -20,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cdctl.sim.apiserver import discovery
+from cdctl.sim.apiserver import authn, discovery
 from cdctl.sim.apiserver.audit import AuditLog
 from cdctl.sim.apiserver.conversion import convert
 from cdctl.sim.apiserver.errors import (
@@ -35,6 +37,7 @@ from cdctl.sim.apiserver.errors import (
 from cdctl.sim.apiserver.faults import FaultPlan
 from cdctl.sim.apiserver.identity import TokenError, UserInfo, user_for_authorization
 from cdctl.sim.apiserver.patch import parse_body
+from cdctl.sim.apiserver.proxy import PodNetwork, PodProxy
 from cdctl.sim.apiserver.queryparams import is_true, non_negative_int
 from cdctl.sim.apiserver.rbac import Rbac
 from cdctl.sim.apiserver.resources import ResourceType
@@ -71,10 +74,17 @@ def error_response(error: ApiError) -> web.Response:
 class ApiRoutes:
     """Request handlers bound to one store, settings and fault plan."""
 
-    def __init__(self, store: ObjectStore, settings: ServerSettings, faults: FaultPlan) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        settings: ServerSettings,
+        faults: FaultPlan,
+        network: PodNetwork | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.faults = faults
+        self.proxy = PodProxy(store, network or PodNetwork())
 
     # ---- routing -------------------------------------------------------------------------------------------
     def parse_target(self, group: str, version: str, rest: list[str]) -> Target:
@@ -100,6 +110,12 @@ class ApiRoutes:
             document = self._discovery(parts)
             if document is not None:
                 return _json(document)
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 7 and parts[4:7:2] == ["pods", "proxy"]:
+            tail = request.path.split("/proxy/", 1)[1] if "/proxy/" in request.path else ""
+            return await self.proxy.forward(request, parts[3], parts[5], tail)
+        if parts[:4] == ["apis", *authn.TOKEN_REVIEW_PATH[1:]] and request.method == "POST":
+            body, _ = await self._body(request)
+            return _json(authn.token_review(body), status=201)
         if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
             target = self.parse_target("", "v1", parts[2:])
         elif len(parts) >= 3 and parts[0] == "apis":
@@ -164,6 +180,15 @@ class ApiRoutes:
             and request.method == "POST"
         ):
             return await self._bind(request, target)
+        if (
+            target.subresource == "token"
+            and resource_type.storage_key == ("", "serviceaccounts")
+            and request.method == "POST"
+        ):
+            assert target.name is not None
+            body, _ = await self._body(request)
+            answer = authn.token_request(self.store, self._namespace(target), target.name, body)
+            return _json(answer, status=201)
         if target.subresource != "status" or not resource_type.status_subresource:
             raise NotFound("the server could not find the requested resource")
         if request.method == "GET":
@@ -381,8 +406,9 @@ def build_app(
     faults: FaultPlan,
     rbac: Rbac | None = None,
     audit: AuditLog | None = None,
+    network: PodNetwork | None = None,
 ) -> web.Application:
-    routes = ApiRoutes(store, settings, faults)
+    routes = ApiRoutes(store, settings, faults, network)
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -403,6 +429,12 @@ def build_app(
             await asyncio.sleep(decision.delay_s)
         if decision.error is not None:
             return error_response(decision.error)
+        try:
+            # Every request is authenticated, whether or not RBAC is enforced: a forged, expired or
+            # other-audience token is a 401 on reads too.
+            ApiRoutes._user(request)
+        except Unauthorized as error:
+            return error_response(error)
         if rbac is not None:
             denied = rbac.check_request(
                 request.headers.get("Authorization"), request.method, request.path, request.query
@@ -419,7 +451,11 @@ def build_app(
             log.exception("simulated API server: unexpected error on %s %s", request.method, request.path)
             return error_response(InternalError(f"{type(error).__name__}: {error}"))
 
+    async def close_proxy(_: web.Application) -> None:
+        await routes.proxy.close()
+
     app = web.Application(client_max_size=16 * 1024 * 1024)
+    app.on_cleanup.append(close_proxy)
     for path in ("/healthz", "/readyz", "/livez"):
         app.router.add_get(path, health)
     app.router.add_route("*", "/{tail:.*}", handle)

@@ -6,12 +6,13 @@ Kubernetes' RBAC authorizer, reduced to what the chart uses: Roles and ClusterRo
 method and path as the real server does (get/list/watch/create/update/patch/delete/deletecollection).
 
 A client whose bearer token is `system:serviceaccount:<namespace>:<name>` (see `service_account_token`;
-cdctl.sim.apiserver.identity, also for tokens bound to a pod) is that service account; every other token is
-the cluster admin, so the simulator's own stand-ins and tests are
-never restricted. Nothing is enforced until `load()` is given the objects (tests load the chart's rendered
-RBAC, so a component that makes a request its role does not grant fails there as on a real cluster). Each
-refusal is kept in `denials`. Used by cdctl.sim.apiserver.handlers (one check before each request) and the
-tests.
+cdctl.sim.apiserver.identity, also for tokens bound to a pod, and for tokens the TokenRequest API issued) is
+that service account, and one whose token is `sim-user:<name>` (`user_token`) that user, in its groups:
+bindings name them as ServiceAccount, User and Group subjects. Every other token is the cluster admin, so the
+simulator's own stand-ins and tests are never restricted. Nothing is enforced until `load()` is given the
+objects (tests load the chart's rendered RBAC, so a component that makes a request its role does not grant
+fails there as on a real cluster). Each refusal is kept in `denials`. Used by cdctl.sim.apiserver.handlers
+(one check before each request) and the tests.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from cdctl.sim.apiserver.errors import Forbidden, Unauthorized
 from cdctl.sim.apiserver.identity import (
+    ADMIN,
     SERVICE_ACCOUNT_PREFIX,
     TokenError,
     service_account_token,
@@ -129,23 +131,29 @@ class Rbac:
             ref = obj["roleRef"]
             rules = roles.get((ref["kind"], where if ref["kind"] == "Role" else "", ref["name"]), [])
             for subject in obj.get("subjects") or []:
-                if subject.get("kind") == "ServiceAccount":
-                    token = service_account_token(subject.get("namespace", where), subject["name"])
-                    grants.setdefault(token, []).extend((where, rule) for rule in rules)
+                key = _subject_key(subject, where)
+                if key:
+                    grants.setdefault(key, []).extend((where, rule) for rule in rules)
         self.grants, self.enforcing = grants, True
 
     def check(self, token: str, attrs: RequestAttributes) -> Forbidden | Unauthorized | None:
         """None when allowed; the API server's 403 otherwise (and the refusal is recorded). A token bound to a
-        pod has its service account's grants; a malformed one is a 401."""
-        if not self.enforcing or not token.startswith(SERVICE_ACCOUNT_PREFIX):
+        pod has its service account's grants, a user's token its own and its groups'; a malformed, forged
+        or expired one is a 401."""
+        if not self.enforcing:
             return None
         try:
-            token = user_for_token(token).username
+            user = user_for_token(token)
         except TokenError as error:
             return Unauthorized(str(error))
-        for where, rule in self.grants.get(token, ()):
-            if (not where or where == attrs.namespace) and rule.allows(attrs):
-                return None
+        if user is ADMIN:
+            return None
+        token = user.username
+        keys = [token, *(f"{GROUP_KEY}{group}" for group in user.groups)]
+        for key in keys:
+            for where, rule in self.grants.get(key, ()):
+                if (not where or where == attrs.namespace) and rule.allows(attrs):
+                    return None
         target = f"{attrs.resource.split('/')[0]}{'.' + attrs.group if attrs.group else ''}"
         named = f' "{attrs.name}"' if attrs.name else ""
         message = f'{target}{named} is forbidden: User "{token}" {attrs.describe()}'
@@ -162,6 +170,21 @@ class Rbac:
             return None  # discovery: every authenticated user may read it
         token = (authorization or "").removeprefix("Bearer ").strip()
         return self.check(token, attrs)
+
+
+GROUP_KEY = "group:"
+
+
+def _subject_key(subject: Mapping[str, Any], where: str) -> str:
+    """The grants key of a binding's subject: the service account's or user's name, or the group's."""
+    kind, name = subject.get("kind"), str(subject.get("name", ""))
+    if kind == "ServiceAccount":
+        return service_account_token(subject.get("namespace", where), name)
+    if kind == "User":
+        return name
+    if kind == "Group":
+        return f"{GROUP_KEY}{name}"
+    return ""
 
 
 def _rule(raw: Mapping[str, Any]) -> _Rule:

@@ -7,7 +7,8 @@ which keeps the store and the port. `server.rbac.load(objects)` enforces Roles a
 connect with a service-account token (`write_kubeconfig(path, token=...)`; cdctl.sim.apiserver.rbac), and
 `server.load_policies(objects)` stores ValidatingAdmissionPolicies and their bindings, which every write then
 passes (cdctl.sim.apiserver.policies). `server.audit` lists every request with its user (and bound pod),
-verb, object and response code (cdctl.sim.apiserver.audit).
+verb, object and response code (cdctl.sim.apiserver.audit). `server.pod_network` routes the pods proxy
+subresource to the local processes that serve each pod's IP and port (cdctl.sim.apiserver.proxy).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from aiohttp import web
 from cdctl.sim.apiserver.audit import AuditLog
 from cdctl.sim.apiserver.faults import FaultPlan
 from cdctl.sim.apiserver.handlers import build_app
+from cdctl.sim.apiserver.proxy import PodNetwork
 from cdctl.sim.apiserver.rbac import Rbac
 from cdctl.sim.apiserver.settings import ServerSettings
 from cdctl.sim.apiserver.store import ObjectStore
@@ -48,6 +50,7 @@ class ApiServer:
         self.rbac = Rbac()
         # Every request, with its user, verb, object and code (cdctl.sim.apiserver.audit).
         self.audit = AuditLog(self.settings.audit_limit)
+        self.pod_network = PodNetwork()
         self._runner: web.AppRunner | None = None
         self.restarts = 0
 
@@ -68,7 +71,7 @@ class ApiServer:
             return
         if self.settings.port == 0:
             self.settings.port = _free_port(self.settings.host)
-        app = build_app(self.store, self.settings, self.faults, self.rbac, self.audit)
+        app = build_app(self.store, self.settings, self.faults, self.rbac, self.audit, self.pod_network)
         runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.port, reuse_address=True)

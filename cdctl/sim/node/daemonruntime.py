@@ -4,8 +4,9 @@ A ProcessRuntime (cdctl.sim.node.processruntime) that runs the pods of the contr
 driver namespace, labelled with a ComputeDomain uid) and gives each the paths its container would see
 through the daemon claim's CDI mount: `IMEXD_DIR` is the domain directory the node's plugin prepared
 (`<node>/plugins/<driver>/domains/<domain uid>`), with the pod's own hosts file in it (also handed to the
-fake `nvidia-imex-ctl`), and `CDCTL_DB` an event log per daemon under `<work dir>/daemons/`, outside the
-domain directory the plugin removes at teardown, so the log stays for exploring. Other pods are not run.
+fake `nvidia-imex-ctl`); the daemon keeps its event log there (`/imexd/events.db` in its container), where
+the node's plugin serves it and, once the domain is gone, keeps it as `imex-history/<domain uid>.db`
+(`daemon_logs`). Other pods are not run.
 With a fork server (cdctl.sim.node.forkserver), `cdctl ...` commands start from its warm copy of cdctl instead
 of a fresh interpreter, and probes from `probe_server` (one that imported only what `cdctl daemon check`
 needs, so each fork is small) when the rack sets one; either way as the pod's user (cdctl.sim.node.runas):
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
+from cdctl.plugin.prepare import DAEMON_LOG, IMEX_HISTORY
 from cdctl.sim.node.fakeimex import HOSTS_ENV
 from cdctl.sim.node.forkserver import ForkServer
 from cdctl.sim.node.processruntime import ProcessRuntime
@@ -33,7 +35,6 @@ class DaemonPodRuntime(ProcessRuntime):
         super().__init__(**kwargs)
         self.work_dir = work_dir
         self.driver_namespace = driver_namespace
-        self.db_dir = work_dir / "daemons"
         self.fork_server: ForkServer | None = None
         self.probe_server: ForkServer | None = None  # a lighter one for probes, else fork_server
 
@@ -46,8 +47,15 @@ class DaemonPodRuntime(ProcessRuntime):
             metadata.get("labels") or {}
         )
 
-    def daemon_db(self, node: str, domain_uid: str) -> Path:
-        return self.db_dir / f"{node}-{domain_uid[:8]}.db"
+    def daemon_logs(self) -> list[tuple[str, str, Path]]:
+        """(node, domain uid, path) of every daemon log on the nodes: live ones in their domain directory,
+        kept ones in the plugin's imex-history."""
+        found: list[tuple[str, str, Path]] = []
+        for plugin_dir in sorted(self.work_dir.glob(f"*/plugins/{DRIVER_NAME}")):
+            node = plugin_dir.parent.parent.name
+            found += [(node, p.parent.name, p) for p in sorted(plugin_dir.glob(f"domains/*/{DAEMON_LOG}"))]
+            found += [(node, p.stem, p) for p in sorted(plugin_dir.glob(f"{IMEX_HISTORY}/*.db"))]
+        return found
 
     async def _spawn(self, pod: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process:
         node = pod["spec"]["nodeName"]
@@ -56,16 +64,9 @@ class DaemonPodRuntime(ProcessRuntime):
         hosts = imexd / "hosts"
         if not hosts.exists():
             hosts.write_text(f"127.0.0.1\tlocalhost\n{env.get('POD_IP', '')}\t{pod['metadata']['name']}\n")
-        self.db_dir.mkdir(parents=True, exist_ok=True)
         # The same dict is the probes' environment, so `cdctl daemon check` finds the same files.
-        env.update(
-            {
-                "IMEXD_DIR": str(imexd),
-                "HOSTS_FILE": str(hosts),
-                HOSTS_ENV: str(hosts),
-                "CDCTL_DB": str(self.daemon_db(node, domain)),
-            }
-        )
+        env.update({"IMEXD_DIR": str(imexd), "HOSTS_FILE": str(hosts), HOSTS_ENV: str(hosts)})
+        env.pop("CDCTL_DB", None)  # the daemon's default: <IMEXD_DIR>/events.db
         container = self._container(pod)
         command = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
         if self.fork_server is None or not self._forkable(command):

@@ -370,6 +370,11 @@ class SimKubelet:
 
         return on_this_node
 
+    def pods_holding_claims(self) -> int:
+        """How many pods' DRA claims this kubelet holds (pods without claims, such as the components', hold
+        none)."""
+        return sum(1 for refs in self.claim_refs.values() if refs)
+
     def cdi_devices(self, pod_uid: str) -> list[str]:
         running = self.running.get(pod_uid)
         return list(running.cdi_devices) if running else []

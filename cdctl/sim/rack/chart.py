@@ -21,6 +21,8 @@ one source of truth for them. Helm is not needed at runtime (helm-python-sdk is 
   left out under HostManagedIMEX, the claim policies (`admission` entries: their own matchConditions and the
   install's constants as their first variables) only while `admission.enabled`; labels carry only the
   component. The rack loads them, so the simulated cluster enforces them.
+- The collector ServiceAccount (`collector_service_account`) of `templates/rbac-collector.yaml`, whose tokens
+  the components accept on their event-log endpoint, and the components' HTTP ports (`http_ports`).
 - The kubelet plugin's placement (`plugin_placement`): the nodeSelector, tolerations and affinity that
   `templates/kubelet-plugin.yaml` copies from `kubeletPlugin.*` into the DaemonSet's pod spec, so that the
   rack starts a plugin only where that DaemonSet would place one (tests/chart compares it with Helm's).
@@ -342,4 +344,24 @@ def plugin_placement(values: Mapping[str, Any] | None = None, *, chart: Path | N
         key: copy.deepcopy(plugin[key])
         for key in ("nodeSelector", "tolerations", "affinity")
         if plugin.get(key)
+    }
+
+
+def collector_service_account(
+    values: Mapping[str, Any] | None = None, *, release: str = CHART_NAME, chart: Path | None = None
+) -> str:
+    """The name of the collector ServiceAccount Helm renders (`<fullname>-collector`); '' when
+    collector.enabled is false."""
+    merged = merged_values(values, chart=_resolve(chart))
+    if not (merged.get("collector") or {}).get("enabled"):
+        return ""
+    return f"{_fullname(merged, release)}-collector"
+
+
+def http_ports(values: Mapping[str, Any] | None = None, *, chart: Path | None = None) -> dict[str, int]:
+    """The container port of each component's HTTP server (metrics, health, event log)."""
+    merged = merged_values(values, chart=_resolve(chart))
+    return {
+        "controller": int(merged["controller"]["httpPort"]),
+        "kubelet-plugin": int(merged["kubeletPlugin"]["httpPort"]),
     }

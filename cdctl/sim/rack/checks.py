@@ -185,8 +185,9 @@ def leftovers(rack: Rack, namespaces: list[str], job_names: list[str]) -> list[s
         for claim in _list(rack, RESOURCE_GROUP, "resourceclaims", namespace):
             found.append(f"ResourceClaim {namespace}/{claim['metadata']['name']} still exists")
     for name, kubelet in rack.cluster.kubelets.items():
-        if kubelet.running or kubelet.claim_refs:
-            found.append(f"kubelet {name} still holds {len(kubelet.claim_refs)} pods' claims")
+        held = kubelet.pods_holding_claims()
+        if held:
+            found.append(f"kubelet {name} still holds {held} pods' claims")
         for spec in sorted(rack.cdi_root(name).glob(f"{VENDOR}-{CLAIM_CLASS}_*")):
             found.append(f"CDI spec {spec} still exists")
         found += [f"{name}: plugin log: {line}" for line in unprepared_in_log(rack.plugin_db(name))]
@@ -222,6 +223,6 @@ def kubelet_problems(rack: Rack) -> list[str]:
     found = [error for kubelet in rack.cluster.kubelets.values() for error in kubelet.health.errors]
     for name in rack.topology.cpu_nodes:
         kubelet = rack.cluster.kubelets.get(name)
-        if kubelet is not None and (kubelet.running or kubelet.claim_refs):
+        if kubelet is not None and kubelet.pods_holding_claims():
             found.append(f"CPU-only node {name} runs pods that use DRA claims")
     return found

@@ -43,7 +43,7 @@ async def delete_controller_pod(rack: Rack, replica: int = 0, *, keep_log: bool 
     """Force-delete the replica's pod; its StatefulSet starts it again, on its log unless not `keep_log`."""
     await kill_controller(rack, replica)
     generation = rack.controller_generations.get(replica, 0)
-    await rack.launch_controller(replica, generation if keep_log else generation + 1)
+    await rack.launch_controller(replica, generation if keep_log else generation + 1, new_pod=True)
 
 
 async def kill_plugin(rack: Rack, node: str) -> None:

@@ -12,7 +12,9 @@
    (`kubeletPlugin` nodeSelector, affinity, tolerations) would run its DaemonSet's pod: the GPU nodes, not the
    CPU-only ones. Each is a child process with its own event log, sockets and CDI root under the node's
    directory (cdctl.sim.rack.components), and reads its fake NVML from a spec file the rack rewrites when a
-   test changes the node's fabric (`set_fabric_state`);
+   test changes the node's fabric (`set_fabric_state`). Each has its pod as an API object, created first
+   (cdctl.sim.rack.componentpods): its service-account token is bound to it, and its HTTP server (metrics and
+   the event log `cdctl collect` reads) is reached through the pod proxy at the pod's IP and the chart's port;
 4. in driver-managed mode the daemon pods the controller's DaemonSets create are run by the simulated
    container runtime as `cdctl daemon run` processes, probed with `cdctl daemon check`
    (cdctl.sim.node.daemonruntime); host-managed mode runs none (the host's IMEX stands in). These `cdctl`
@@ -51,10 +53,13 @@ from cdctl.sim.rack.chart import (
     CHART_NAME,
     admission_policies,
     cluster_bootstrap_objects,
+    collector_service_account,
     daemon_service_accounts,
+    http_ports,
     plugin_placement,
 )
 from cdctl.sim.rack.cluster import SimCluster
+from cdctl.sim.rack.componentpods import LOCAL_HOST, ComponentPods
 from cdctl.sim.rack.components import CONTROLLER_POD, Component, controller_command, plugin_command
 from cdctl.sim.rack.settings import MODES, RackSettings
 
@@ -126,7 +131,10 @@ class Rack:
         self.fork_server: ForkServer | None = None
         self.probe_server: ForkServer | None = None
         self.plugins: dict[str, Component] = {}
+        self.pods = ComponentPods(self.store, self.cluster.apiserver.pod_network, settings.driver_namespace)
         self.timings = StartTimings()
+        self.started = False  # every component is up (later pods are routed as they get an address)
+        self._routing: set[asyncio.Task[None]] = set()
 
     # ---- paths ---------------------------------------------------------------------------------------------
     def cdi_root(self, node: str) -> Path:
@@ -140,7 +148,9 @@ class Rack:
         return self.work_dir / "controller" / "events.db"
 
     def daemon_dbs(self) -> list[Path]:
-        return sorted(self.runtime.db_dir.glob("*.db"))
+        """Every IMEX daemon's event log on the nodes (live, or kept by the plugin once its domain is
+        gone)."""
+        return [path for _, _, path in self.runtime.daemon_logs()]
 
     def _readiness_changed(self, pod: dict[str, Any]) -> None:
         kubelet = self.cluster.kubelets.get(str((pod.get("spec") or {}).get("nodeName", "")))
@@ -210,7 +220,7 @@ class Rack:
             self._create(group, _PLURALS[obj["kind"]], "", obj)
         self._create("", "namespaces", "", {"metadata": {"name": self.settings.driver_namespace}})
         # The chart's admission policies, enforced for the controller and plugins, which connect as their
-        # service accounts with tokens bound to their pods (`_kubeconfig_for`).
+        # service accounts with tokens bound to their pods (`_pod_kubeconfig`).
         self.cluster.apiserver.load_policies(
             admission_policies(values, namespace=self.settings.driver_namespace)
         )
@@ -218,6 +228,21 @@ class Rack:
             self._create("", "namespaces", "", {"metadata": {"name": self.settings.rack_domains_namespace}})
         for account in daemon_service_accounts(self.settings.driver_namespace, values):
             self._create("", "serviceaccounts", self.settings.driver_namespace, account)
+        if self.collector_account:
+            collector = {"metadata": {"name": self.collector_account}}
+            self._create("", "serviceaccounts", self.settings.driver_namespace, collector)
+
+    @property
+    def collector_account(self) -> str:
+        """The ServiceAccount whose tokens read the components' event logs (`cdctl collect`)."""
+        return collector_service_account(self.chart_values())
+
+    def _component_flags(self, local_port: int) -> list[str]:
+        """The chart's HTTP endpoint and event-log reader flags, the endpoint on this machine's loopback."""
+        flags = ["--http-endpoint", f"{LOCAL_HOST}:{local_port}"]
+        if self.collector_account:
+            flags += ["--event-log-reader", f"{self.settings.driver_namespace}/{self.collector_account}"]
+        return flags
 
     def _label_gpu_nodes(self) -> None:
         """What GPU Feature Discovery and the device plugin publish: the clique label and the GPU count."""
@@ -262,16 +287,9 @@ class Rack:
         path = self.work_dir / "kubeconfigs" / f"{meta['namespace']}_{meta['name']}"
         return self.cluster.apiserver.write_kubeconfig(path, token)
 
-    def _kubeconfig_for(self, account: str, pod: str, node: str) -> Path:
-        """A kubeconfig whose token is the chart's service account `account`, bound to `pod` on `node`."""
-        token = service_account_token(
-            self.settings.driver_namespace,
-            f"{CHART_NAME}-{account}",
-            pod=pod,
-            pod_uid=f"uid-{pod}",
-            node=node,
-        )
-        return self.cluster.apiserver.write_kubeconfig(self.work_dir / "kubeconfigs" / pod, token)
+    def _controller_node(self) -> str:
+        """Where the controller's pod runs: the first CPU-only node, else the first GPU node."""
+        return next(iter(self.topology.cpu_nodes or self.topology.nodes))
 
     async def _start_components(self) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -282,6 +300,8 @@ class Rack:
             await self.launch_plugin(node)
         self.timings.per_step["launch processes"] = time.perf_counter() - launched
         await self._wait_until_registered()
+        await self.pods.route_all(self.settings.start_timeout_s)
+        self.started = True
         self.timings.per_step["plugins registered"] = time.perf_counter() - launched
 
     # ---- components, one at a time (at start, and as a Deployment or DaemonSet does after a crash) ---------
@@ -304,16 +324,53 @@ class Rack:
         """Every controller event log written so far (all replicas, all their pods)."""
         return sorted(p for p in self.work_dir.glob("controller*/events*.db") if p.is_file())
 
-    async def launch_controller(self, replica: int, generation: int = 0) -> Component:
-        """Start controller replica `replica` on its event log `generation` (see `controller_db_for`)."""
-        pod = self.controller_pod(replica)
-        args = controller_command(
-            self.settings,
-            self._kubeconfig_for("controller", pod, "control-plane"),
-            self.controller_db_for(replica, generation),
-            self.topology,
-            pod=pod,
+    def _component_pod(
+        self, name: str, component: str, node: str, account: str, *, new_pod: bool = False
+    ) -> tuple[dict[str, Any], int]:
+        """The component's pod and the local port its process serves HTTP on. A pod that still exists is
+        the one its process runs in again (a container restart); one that is gone (its node was deleted) or
+        `new_pod` (force-deleted: its StatefulSet or DaemonSet makes it again) is created anew, and routed
+        once its kubelet has given it an address."""
+        pods = self.store.type_of("", "pods")
+        namespace = self.settings.driver_namespace
+        existing = (
+            self.store.get(pods, namespace, name) if self.store.exists_name(pods, namespace, name) else None
         )
+        if existing is not None and (new_pod or existing["metadata"].get("deletionTimestamp")):
+            self.store.delete(pods, namespace, name)
+            existing = None
+        if existing is not None and name in self.pods.local_ports:
+            return existing, self.pods.local_ports[name][1]
+        port = http_ports(self.chart_values())[component]
+        pod, local_port = self.pods.create(name, component, node, account, port)
+        if self.started:
+            routing = asyncio.create_task(self._route(), name=f"route {name}")
+            self._routing.add(routing)
+            routing.add_done_callback(self._routing.discard)
+        return pod, local_port
+
+    async def _route(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await self.pods.route_all(self.settings.start_timeout_s)
+
+    async def launch_controller(
+        self, replica: int, generation: int = 0, *, new_pod: bool = False
+    ) -> Component:
+        """Start controller replica `replica` on its event log `generation` (see `controller_db_for`)."""
+        name = self.controller_pod(replica)
+        pod, local_port = self._component_pod(
+            name, "controller", self._controller_node(), f"{CHART_NAME}-controller", new_pod=new_pod
+        )
+        args = [
+            *controller_command(
+                self.settings,
+                self._pod_kubeconfig(pod),
+                self.controller_db_for(replica, generation),
+                self.topology,
+                pod=name,
+            ),
+            *self._component_flags(local_port),
+        ]
         if self.settings.controller_replicas > 1:
             lease_s, renew_s, retry_s = self.settings.leader_election_s
             args += [
@@ -339,18 +396,25 @@ class Rack:
         return component
 
     async def launch_plugin(self, node: str) -> Component:
-        """Start the kubelet plugin on `node` (the pod the plugin DaemonSet runs there)."""
+        """Start the kubelet plugin on `node`, in the pod the plugin DaemonSet runs there."""
         self.topology.node(node).write_nvml_spec(self.nvml_spec_file(node))
+        name = f"{CHART_NAME}-kubelet-plugin-{node}"
+        pod, local_port = self._component_pod(name, "kubelet-plugin", node, f"{CHART_NAME}-kubelet-plugin")
         component = await Component.launch(
             f"plugin {node}",
-            plugin_command(
-                self.settings,
-                node,
-                self.cluster,
-                self._kubeconfig_for("kubelet-plugin", f"{CHART_NAME}-kubelet-plugin-{node}", node),
-                self.cdi_root(node),
-                self.plugin_db(node),
-            ),
+            [
+                *plugin_command(
+                    self.settings,
+                    node,
+                    self.cluster,
+                    self._pod_kubeconfig(pod),
+                    self.cdi_root(node),
+                    self.plugin_db(node),
+                ),
+                "--pod-name",
+                name,
+                *self._component_flags(local_port),
+            ],
             dict(self.base_env),
             self.logs_dir / f"plugin-{node}.log",
             self.fork_server,
@@ -397,6 +461,9 @@ class Rack:
     async def stop(self) -> None:
         """Kubelets and stand-ins first (no call reaches a plugin that is stopping), then daemons, then the
         components, then the API server."""
+        for routing in list(self._routing):
+            routing.cancel()
+        await asyncio.gather(*self._routing, return_exceptions=True)
         for kubelet in self.cluster.kubelets.values():
             await kubelet.stop()
         for loop in self.cluster.controllers:

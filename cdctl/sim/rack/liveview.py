@@ -107,7 +107,7 @@ class LiveView:
 def event_logs(rack: Rack) -> list[tuple[str, Path]]:
     logs = [("controller", rack.controller_db)]
     logs += [(f"plugin {node}", rack.plugin_db(node)) for node in rack.topology.nodes]
-    logs += [(f"daemon {db.stem}", db) for db in rack.daemon_dbs()]
+    logs += [(f"daemon {node} {domain}", db) for node, domain, db in rack.runtime.daemon_logs()]
     return logs
 
 
@@ -142,7 +142,10 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
         pattern = str(rack.plugin_db("NODE")).replace("NODE", "<node>")
         lines.append(Text(f"  kubelet plugins ({len(plugin_logs)}): {pattern}"))
     if daemon_logs:
-        lines.append(Text(f"  IMEX daemons ({len(daemon_logs)}): {rack.runtime.db_dir}/<node>-<domain>.db"))
+        pattern = str(rack.plugin_db("NODE").parent / "domains" / "DOMAIN" / "events.db")
+        pattern = pattern.replace("NODE", "<node>").replace("DOMAIN", "<domain>")
+        kept = "imex-history/<domain>.db once gone"
+        lines.append(Text(f"  IMEX daemons ({len(daemon_logs)}): {pattern} ({kept})"))
     lines.append(Text(f"  process logs: {rack.logs_dir}"))
     first_plugin = plugin_logs[0] if plugin_logs else rack.controller_db
     at = report.formed_at.isoformat(timespec="seconds") if report.formed_at else "15m"

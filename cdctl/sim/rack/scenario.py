@@ -260,7 +260,7 @@ class _Runner:
                 self.delete("batch", "jobs", plan.namespace, job)
 
         def claims_held() -> str | None:
-            held = [n for n, k in self.rack.cluster.kubelets.items() if k.running or k.claim_refs]
+            held = [n for n, k in self.rack.cluster.kubelets.items() if k.pods_holding_claims()]
             pods = sum(len(states) for states in self.workers().values())
             return f"{pods} worker pods, claims held on {held}" if held or pods else None
 

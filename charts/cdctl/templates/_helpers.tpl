@@ -54,6 +54,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "cdctl.daemonServiceAccount" -}}
 compute-domain-daemon-service-account
 {{- end -}}
+{{/* The identity `cdctl collect` reads the event logs as (collector.enabled); "" when off. */}}
+{{- define "cdctl.collectorServiceAccount" -}}
+{{- if .Values.collector.enabled -}}
+{{- printf "%s-collector" (include "cdctl.fullname" .) -}}
+{{- end -}}
+{{- end -}}
 
 {{/* Namespaces the controller manages daemons in: the release namespace, then additionalNamespaces. */}}
 {{- define "cdctl.managedNamespaces" -}}
