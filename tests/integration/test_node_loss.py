@@ -169,6 +169,11 @@ async def _reboot_under_the_domain_then_reconcile(rack: Rack) -> None:
         shape = domain_shape(rack, NAMESPACE, DOMAIN)
         if len(_running_workers(rack)) != NODES or len(shape.status_nodes) != NODES:
             return f"status {shape.status_nodes}"
+        # The node's new daemon itself, Ready and in the clique under its own address: until the controller
+        # has seen the old one go, the clique can still list the old daemon there.
+        new_daemon = shape.daemons.get(lost, "")
+        if lost not in shape.ready_daemons or shape.entry_addresses.get(lost) != new_daemon:
+            return f"{lost}: daemon at {new_daemon!r}, clique entry at {shape.entry_addresses.get(lost)!r}"
         return None if set(shape.status_nodes.values()) == {"Ready"} else f"status {shape.status_nodes}"
 
     await until("the replacement joins the domain on the rebooted node", not_rejoined)
