@@ -37,7 +37,7 @@ from cdctl.sim.rack.chaos import ChaosPlan, Monkey, Witness, event_logs, invaria
 from cdctl.sim.rack.checks import worker_states
 from cdctl.sim.rack.faults import Restarter
 from cdctl.sim.rack.launch import Rack
-from cdctl.sim.rack.observe import domain_shape
+from cdctl.sim.rack.observe import domain_shape, unsettled
 from cdctl.sim.rack.scenario import DomainPlan, Progress, run_scenario
 from cdctl.sim.rack.settings import RackSettings
 
@@ -49,9 +49,10 @@ def not_converged(rack: Rack, plans: list[DomainPlan]) -> str | None:
     for plan in plans:
         workers = [w for job in plan.job_names for w in worker_states(rack, plan.namespace, job)]
         running = {w.node for w in workers if w.done}
-        shape = domain_shape(rack, plan.namespace, plan.name)
-        if len(running) != plan.nodes or shape.status != "Ready" or set(shape.status_nodes) != running:
-            return f"{plan.name}: {len(running)}/{plan.nodes} workers, domain {shape.status}"
+        if len(running) != plan.nodes:
+            return f"{plan.name}: {len(running)}/{plan.nodes} workers"
+        if (why := unsettled(domain_shape(rack, plan.namespace, plan.name), running)) is not None:
+            return f"{plan.name}: {why}"
     return None
 
 

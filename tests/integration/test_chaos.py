@@ -22,7 +22,7 @@ from cdctl.sim.rack.chaos import ChaosPlan, Monkey, Witness, invariants, settle,
 from cdctl.sim.rack.checks import worker_states
 from cdctl.sim.rack.faults import Restarter
 from cdctl.sim.rack.launch import Rack
-from cdctl.sim.rack.observe import domain_shape
+from cdctl.sim.rack.observe import domain_shape, unsettled
 from cdctl.sim.rack.scenario import DomainPlan, run_scenario
 from cdctl.sim.rack.settings import RackSettings
 from tests.integration.support import until
@@ -40,12 +40,11 @@ def converged(rack: Rack, plans: list[DomainPlan]) -> Callable[[], str | None]:
     def missing() -> str | None:
         for plan in plans:
             workers = [w for job in plan.job_names for w in worker_states(rack, plan.namespace, job)]
-            shape = domain_shape(rack, plan.namespace, plan.name)
             running = {w.node for w in workers if w.done}
             if len(running) != plan.nodes:
                 return f"{plan.name}: {len(running)} of {plan.nodes} workers Running with channel0"
-            if shape.status != "Ready" or set(shape.status_nodes) != running:
-                return f"{plan.name}: {shape.status} {shape.status_nodes}"
+            if (why := unsettled(domain_shape(rack, plan.namespace, plan.name), running)) is not None:
+                return f"{plan.name}: {why}"
         return None
 
     return missing

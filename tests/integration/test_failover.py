@@ -28,7 +28,7 @@ from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.sim.rack.checks import list_pods, worker_states
 from cdctl.sim.rack.faults import Restarter, delete_controller_pod, kill_plugin
 from cdctl.sim.rack.launch import Rack
-from cdctl.sim.rack.observe import domain_shape
+from cdctl.sim.rack.observe import domain_shape, unsettled
 from cdctl.sim.rack.scenario import DomainPlan, ScenarioReport, run_scenario
 from cdctl.sim.rack.settings import RackSettings
 from tests.integration.support import beyond_faults, until
@@ -65,12 +65,9 @@ def _workers(rack: Rack) -> dict[str, str]:
 def _converged(rack: Rack, workers: int) -> Callable[[], str | None]:
     def missing() -> str | None:
         running = _workers(rack)
-        shape = domain_shape(rack, NAMESPACE, DOMAIN)
         if len(running) != workers:
             return f"{len(running)} of {workers} workers Running with channel0"
-        if shape.status != "Ready" or set(shape.status_nodes) != set(running.values()):
-            return f"domain {shape.status}, nodes {shape.status_nodes}, workers on {sorted(running.values())}"
-        return None
+        return unsettled(domain_shape(rack, NAMESPACE, DOMAIN), set(running.values()))
 
     return missing
 
@@ -115,14 +112,6 @@ async def _delete_every_daemon(rack: Rack) -> None:
         fresh = _daemon_pods(rack)
         if {p["metadata"]["uid"] for p in fresh} & old or len(fresh) != len(old):
             return f"{len(fresh)} daemon pods, old ones among them"
-        shape = domain_shape(rack, NAMESPACE, DOMAIN)
-        # The new daemons themselves, Ready and in the clique under their own addresses (until the controller
-        # has seen the old ones go, the domain's status still shows them).
-        if shape.ready_daemons != set(shape.daemons) or set(shape.daemons) != set(before.values()):
-            return f"new daemons Ready on {sorted(shape.ready_daemons)} of {sorted(shape.daemons)}"
-        fresh_ips = {str((p.get("status") or {}).get("podIP") or "") for p in fresh}
-        if {ip for ip in shape.entry_addresses.values()} != fresh_ips:
-            return f"clique addresses {shape.entry_addresses}, new daemons at {sorted(fresh_ips)}"
         return _converged(rack, len(before))()
 
     await until("new daemons re-form the domain", not_reformed)

@@ -3,6 +3,8 @@
 - `domain_shape(rack, namespace, name)`: the domain's clique entries (node -> index, and the address each
   names), its `status.nodes` (node -> Ready/NotReady) and `status.status`, its live daemon pods (node -> pod
   IP) and the nodes labelled for it.
+- `unsettled(shape, nodes)`: what keeps the domain from standing on those nodes, each with its own daemon
+  Ready and listed under its own address (None when nothing does).
 - `imex_starts(rack, address)`: how often the fake IMEX at that address (a daemon pod's IP) started
   (cdctl.sim.node.fakeimex counts every start).
 - `Timeline(rack, uid)`: from the API server's commit hook, when (monotonic seconds) each node's worker pod
@@ -84,6 +86,24 @@ def domain_shape(rack: Rack, namespace: str, name: str) -> DomainShape:
         frozenset(ready),
         frozenset(labelled),
     )
+
+
+def unsettled(shape: DomainShape, nodes: set[str]) -> str | None:
+    """What keeps the domain from standing on exactly `nodes`, each with its own daemon Ready and in the
+    clique under that daemon's address, Ready in `status.nodes` (None when nothing does). Until the
+    controller has seen a replaced daemon go, the clique and the status can still show the old one, Ready."""
+    if set(shape.status_nodes) != nodes or shape.status != "Ready":
+        return f"domain {shape.status} on {sorted(shape.status_nodes)}, wanted {sorted(nodes)}"
+    for node in sorted(nodes):
+        address = shape.daemons.get(node, "")
+        if node not in shape.ready_daemons or not address or shape.entry_addresses.get(node) != address:
+            return (
+                f"{node}: daemon at {address!r} Ready={node in shape.ready_daemons}, clique entry at "
+                f"{shape.entry_addresses.get(node)!r}"
+            )
+        if shape.status_nodes[node] != "Ready":
+            return f"{node}: {shape.status_nodes[node]} in status.nodes"
+    return None
 
 
 def imex_starts(rack: Rack, address: str) -> int:
