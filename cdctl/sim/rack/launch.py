@@ -8,7 +8,8 @@
    namespace with the daemons' ServiceAccount (driver-managed mode), and on every node what GPU Feature
    Discovery and the device plugin would add: the
    `nvidia.com/gpu.clique` label (from the fake NVLink topology) and 4 allocatable `nvidia.com/gpu`;
-3. `cdctl controller` and one `cdctl kubelet-plugin` on each node where the chart's placement
+3. `cdctl controller` (`controller_replicas` of them, under leader election when more than one, each with its
+   own event log) and one `cdctl kubelet-plugin` on each node where the chart's placement
    (`kubeletPlugin` nodeSelector, affinity, tolerations) would run its DaemonSet's pod: the GPU nodes, not the
    CPU-only ones. Each is a child process with its own event log, sockets and CDI root under the node's
    directory (cdctl.sim.rack.components), and reads its fake NVML from a spec file the rack rewrites when a
@@ -23,9 +24,11 @@
    `fork_server=False`: each is still its own process, without a second of imports apiece. The daemon pods are
    probed as their spec says (its startupProbe, then at once and every period its readinessProbe:
    `probe_period_s=None`).
-It returns once every plugin has registered with its kubelet and published its ResourceSlice. Leaving the
-block stops the children with SIGTERM (the daemons first), then the cluster. Used by cdctl.sim.rack.scenario,
-the integration tests and bench/formation.py.
+It returns once every plugin has registered with its kubelet and published its ResourceSlice. A component can
+be started again alone (`launch_controller`, `launch_plugin`), as its StatefulSet or DaemonSet and the kubelet
+would after it died (cdctl.sim.rack.faults); `label_gpu_node` labels a node registered anew. Leaving the block
+stops the children with SIGTERM (the daemons first), then the cluster. Used by cdctl.sim.rack.scenario, the
+integration tests and bench/formation.py.
 """
 
 from __future__ import annotations
