@@ -1,17 +1,18 @@
 """Reconcile one ComputeDomain, level-based: from the view (what the log says) to the cluster.
 
 Live domain: finalizer, then (driver-managed mode) the daemon template and DaemonSet, then the workload
-template, then cliques and status. Deleting domain, in the reference's order, each step idempotent: delete the
-workload template; delete the daemon templates and DaemonSets in every namespace; remove the node labels;
-remove the workload template's finalizer and wait until it is gone; remove the daemon templates' and
-DaemonSets' finalizers and wait until they are gone; delete the cliques; remove the domain's finalizer
-(writes with no read of the view between them are pipelined: cdctl.controller.actions). A
-domain that no longer exists but left objects behind (an orphan, found by the sweep) gets the same teardown
-without the last step. Under HostManagedIMEX the host's nvidia-imex owns the IMEX domain: a live domain gets
-its finalizer, the workload template and `status.status=Ready` (admitted, nothing more); teardown deletes the
-workload template, removes its finalizer, waits until it is gone and removes the domain's finalizer (no
-DaemonSets, daemon templates, node labels or cliques exist to touch; the metrics read the view, so a domain
-that left it is forgotten). Called by the work queue of cdctl.controller.manager with the domain's uid.
+template, then cliques and status, and a warning for each of its nodes that is not Ready. Deleting domain, in
+the reference's order, each step idempotent: delete the workload template; delete the daemon templates and
+DaemonSets in every namespace; remove the node labels; remove the workload template's finalizer and wait until
+it is gone; remove the daemon templates' and DaemonSets' finalizers and wait until they are gone; delete the
+cliques; remove the domain's finalizer (writes with no read of the view between them are pipelined:
+cdctl.controller.actions). A domain that no longer exists but left objects behind (an orphan, found by the
+sweep) gets the same teardown without the last step. Under HostManagedIMEX the host's nvidia-imex owns the
+IMEX domain: a live domain gets its finalizer, the workload template and `status.status=Ready` (admitted,
+nothing more); teardown deletes the workload template, removes its finalizer, waits until it is gone and
+removes the domain's finalizer (no DaemonSets, daemon templates, node labels or cliques exist to touch; the
+metrics read the view, so a domain that left it is forgotten). Called by the work queue of
+cdctl.controller.manager with the domain's uid.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class ComputeDomainReconciler:
             conflict = exc
         nodes = await self.cliques.sync(state, cd)
         await self.status.write(state, self._fresh(state, cd), nodes)
+        await self.node_labels.report_not_ready(state, self._fresh(state, cd), nodes)
         if conflict is not None:
             raise conflict
 

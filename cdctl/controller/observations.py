@@ -70,6 +70,21 @@ def pod_is_ready(pod: JsonObject) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
+def node_readiness(node: JsonObject) -> dict[str, Any]:
+    """Whether the Node is Ready, and why not: the reason of its Ready condition (its free-text message can
+    change on every status update, and would make each one a new Event). A Node without a Ready condition yet
+    (just registered) counts as Ready: nothing says otherwise."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            if condition.get("status") == "True":
+                return {"ready": True}
+            return {
+                "ready": False,
+                "why": str(condition.get("reason") or f"Ready is {condition.get('status')}"),
+            }
+    return {"ready": True}
+
+
 def summarize(kind: str, obj: JsonObject) -> dict[str, Any]:
     """The decision-relevant fields of a labelled object."""
     meta = obj.get("metadata") or {}
@@ -88,6 +103,8 @@ def summarize(kind: str, obj: JsonObject) -> dict[str, Any]:
             "clique": labels.get(LABEL_CLIQUE_ID),
             "ready": pod_is_ready(obj),
         }
+    if kind == KIND_NODE:
+        return {**common, **node_readiness(obj)}
     if kind == KIND_CLIQUE:
         return {
             **common,

@@ -1,8 +1,9 @@
 """Stand-in for the scheduler and its DRA allocation: picks devices for a pod's claims, binds the pod.
 
-For each pod whose claims all exist, it chooses a node (the pod's own `spec.nodeName`, else the first node
-by name that matches `spec.nodeSelector`, passes the extended-resource and pod-affinity filters of
-cdctl.sim.controllers.placement, and can satisfy every claim), picks devices from the ResourceSlices
+For each pod whose claims all exist, it chooses a node (the pod's own `spec.nodeName`, else the first node by
+name that matches `spec.nodeSelector`, whose NoSchedule and NoExecute taints the pod tolerates (a node its
+lifecycle controller found unreachable is tainted so), passes the extended-resource and pod-affinity filters
+of cdctl.sim.controllers.placement, and can satisfy every claim), picks devices from the ResourceSlices
 published for that node whose DeviceClass and request CEL selectors match, honouring `exactly` /
 `firstAvailable`, `allocationMode` (ExactCount with `count`, or All), and never handing a device that any
 claim holds to another. It writes `status.allocation` (results with request/driver/pool/device, config from
@@ -22,6 +23,7 @@ from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.selectors import selector_from_match_labels
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.controllers.celdevices import SelectorError, device_context, selectors_match
+from cdctl.sim.controllers.nodematch import taints_allow
 from cdctl.sim.controllers.placement import Placement
 
 log = logging.getLogger(__name__)
@@ -169,6 +171,7 @@ class Allocator:
             for n in nodes
             if wanted.matches(n["metadata"].get("labels"))
             and not (n.get("spec") or {}).get("unschedulable")
+            and taints_allow(pod.get("spec") or {}, n)
             and placement.fits(pod, n["metadata"]["name"])
         ]
 

@@ -1,8 +1,10 @@
 """The loop every in-process stand-in controller runs: reconcile everything, then again after each change.
 
 Stand-ins (claim templates, allocator, daemonsets) are level-based and small, so a full pass per batch of
-store events is cheap and leaves no edge case to miss. `ControllerLoop` owns the task; `reconcile` may be
-called directly by tests for a deterministic single pass. Called by the rack launcher and the tests.
+store events is cheap and leaves no edge case to miss. A stand-in that acts on time passing as well (the node
+lifecycle controller's grace period, pod garbage collection's quarantine) gives `resync_s`: a pass runs that
+often even when nothing changed. `ControllerLoop` owns the task; `reconcile` may be called directly by tests
+for a deterministic single pass. Called by the rack launcher and the tests.
 """
 
 from __future__ import annotations
@@ -17,12 +19,20 @@ log = logging.getLogger(__name__)
 
 
 class ControllerLoop:
-    """Runs `reconcile()` once at start and again whenever objects of the watched kinds change."""
+    """Runs `reconcile()` once at start, again whenever objects of the watched kinds change, and every
+    `resync_s` when given."""
 
     def __init__(
-        self, name: str, store: ObjectStore, kinds: Iterable[tuple[str, str]], reconcile: Callable[[], None]
+        self,
+        name: str,
+        store: ObjectStore,
+        kinds: Iterable[tuple[str, str]],
+        reconcile: Callable[[], None],
+        *,
+        resync_s: float | None = None,
     ) -> None:
         self.name = name
+        self.resync_s = resync_s
         self.store = store
         self.kinds = frozenset(kinds)
         self.reconcile = reconcile
@@ -57,7 +67,12 @@ class ControllerLoop:
         try:
             self._pass()
             while True:
-                event = await watcher.next()
+                try:
+                    async with asyncio.timeout(self.resync_s):
+                        event = await watcher.next()
+                except TimeoutError:
+                    self._pass()
+                    continue
                 relevant = event is not None and event.storage_key in self.kinds
                 while not watcher.queue.empty():
                     queued = watcher.queue.get_nowait()

@@ -7,7 +7,9 @@ pods of an older template generation or in phase Failed are replaced, and the Da
 kept. A DaemonSet that is being deleted is left alone, as Kubernetes does. A pod the API server refuses (a
 ServiceAccount its namespace lacks, say) is not created: the refusal is a FailedCreate Warning Event on the
 DaemonSet (`Error creating: <the server's message>`) and ends that pass's creates for the DaemonSet, as the
-first failed batch of the real controller's slow start does. Run by the rack via ControllerLoop.
+first failed batch of the real controller's slow start does. A pod bound to a node that no longer exists is
+left alone, as the real controller leaves it to the pod garbage collector (cdctl.sim.controllers.podgc).
+Run by the rack via ControllerLoop.
 """
 
 from __future__ import annotations
@@ -88,11 +90,14 @@ class DaemonSetController:
         generation = str(daemonset["metadata"].get("generation", 1))
         on_delete = ((daemonset.get("spec") or {}).get("updateStrategy") or {}).get("type") == "OnDelete"
         eligible = {n["metadata"]["name"] for n in nodes if pod_fits_node(template_spec, n)}
+        existing = {n["metadata"]["name"] for n in nodes}
         by_node: dict[str, list[dict[str, Any]]] = {}
         for pod in self._owned(daemonset, pods):
             if pod["metadata"].get("deletionTimestamp"):
                 continue
             node = (pod.get("spec") or {}).get("nodeName", "")
+            if node not in existing:
+                continue  # its node was deleted: the pod garbage collector's to remove
             stale = (
                 not on_delete
                 and pod["metadata"].get("labels", {}).get(TEMPLATE_GENERATION_LABEL) != generation

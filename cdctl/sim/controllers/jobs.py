@@ -4,6 +4,11 @@
 that is not being deleted one pod per completion index (`<job>-<index>`, at most `parallelism` at a time,
 labelled `batch.kubernetes.io/job-name` and `batch.kubernetes.io/job-completion-index`, owned by the Job with
 a controller reference so that deleting the Job collects its pods) and keeps `status.active` / `status.ready`.
+`spec.parallelism` may change while the Job runs, as on a real cluster: raised, the lowest indices without a
+pod get one; lowered, the controller deletes the surplus active pods, choosing as the Job controller's
+`activePodsForRemoval` does (not the completion index): unscheduled before scheduled, Pending before
+Running, not Ready before Ready, Ready for less time before Ready for longer, then the newest (the higher
+index first when created in the same second). A deleted pod's index gets a new pod while parallelism allows.
 Pods never complete in the simulated cluster, so `succeeded` stays 0. Used by the rack scenario
 (cdctl.sim.rack.launch) via a ControllerLoop and by the integration tests.
 """
@@ -45,6 +50,37 @@ def _owned_by(pod: dict[str, Any], uid: str) -> bool:
     )
 
 
+def _ready_since(pod: dict[str, Any]) -> str:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("status") == "True":
+            return str(condition.get("lastTransitionTime") or "")
+    return ""
+
+
+def _removal_order(pod: dict[str, Any]) -> tuple[Any, ...]:
+    """Sort key: the pod to delete first when parallelism drops comes first (controller.ActivePods)."""
+    status = pod.get("status") or {}
+    phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(str(status.get("phase") or "Pending"), 0)
+    ready = pod_is_ready(pod)
+    meta = pod["metadata"]
+    index = int(str((meta.get("labels") or {}).get(COMPLETION_INDEX_LABEL) or 0))
+    created = str(meta.get("creationTimestamp") or "")
+    # Later timestamps first: negate by sorting on the reversed string order through a tuple of ords.
+    return (
+        bool((pod.get("spec") or {}).get("nodeName")),
+        phase_rank,
+        ready,
+        _descending(_ready_since(pod)) if ready else (),
+        _descending(created),
+        -index,
+    )
+
+
+def _descending(stamp: str) -> tuple[int, ...]:
+    """RFC 3339 stamps sort as strings; this key sorts them newest first."""
+    return tuple(-ord(ch) for ch in stamp)
+
+
 class JobController:
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
@@ -62,6 +98,14 @@ class JobController:
         completions = int(spec.get("completions") or 1)
         parallelism = int(spec.get("parallelism") or completions)
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        if len(live) > parallelism:
+            surplus = sorted(live, key=_removal_order)[: len(live) - parallelism]
+            for pod in surplus:
+                self.store.delete(
+                    self.store.type_of(*PODS), pod["metadata"]["namespace"], pod["metadata"]["name"]
+                )
+            gone = {p["metadata"]["uid"] for p in surplus}
+            live = [p for p in live if p["metadata"]["uid"] not in gone]
         indices = {p["metadata"].get("labels", {}).get(COMPLETION_INDEX_LABEL) for p in live}
         room = parallelism - len(live)
         for index in range(completions):

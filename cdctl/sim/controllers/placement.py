@@ -13,7 +13,8 @@ of the same pass see the pod. Two filters, as kube-scheduler applies them:
   topology domain, or, as in Kubernetes, when no pod matches anywhere and the pod matches its own term (the
   first pod of a group goes anywhere with the label). Anti-affinity holds when no matching pod runs there.
 
-Nothing else (CPU, memory, taints) is modelled: the simulated nodes are GPU nodes with room for any pod.
+Nothing else (CPU, memory) is modelled here: the simulated nodes are GPU nodes with room for any pod; taints
+are the allocator's to check (cdctl.sim.controllers.nodematch).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ stream (cdctl.sim.node.healthwatch: re-opened every 5 s, every error kept in `he
 each running pod's `allocatedResourcesStatus` from it. Like the kubelet's pod workers, the running kubelet
 starts each pod in its own task, so a prepare call that waits (a channel claim waiting for its node's IMEX
 daemon, up to the 45 s budget) does not hold back other pods on the node (that daemon's own pod) nor their
-readiness. Run by the rack; tests drive
+readiness; so does each running pod prepared again after a restart (one waiting call holds back no other pod,
+and a pod that goes away has its call cancelled, as the pod worker's context is). Run by the rack; tests drive
 `sync()`, which starts pods one after another and returns when they are done.
 `restart(while_down)` stops the kubelet, runs `while_down` (a test deletes a CDI spec there) and starts it
 again, keeping what the real kubelet keeps in its checkpoint (the pods it runs and their claims; their
@@ -21,6 +22,17 @@ containers run on): as the real kubelet does on start, it calls NodePrepareResou
 pods still running, and resolves the CDI devices the plugin answers against the node's spec files (`cdi_dirs`)
 as the runtime does when it creates a container. Devices that do not resolve leave the pod not Ready, with
 the runtime's `unresolvable CDI devices` error, and are tried again each pass.
+Node lifecycle: the running kubelet renews its Lease `kube-node-lease/<node>` (owned by the Node) every
+`lease_renew_s` (10 s on a real node), which the node lifecycle controller
+(cdctl.sim.controllers.nodelifecycle) watches; registration keeps what others wrote in the Node's status
+(allocatable, say) and posts Ready. As the status manager does, a running pod whose Ready condition someone
+else changed (the node lifecycle controller marks pods of a silent node not ready) is written back as the
+kubelet sees it. `power_off()` is the node going down: the kubelet stops and the node's containers are gone,
+while what the kubelet keeps on disk stays (its DRA manager's checkpoint: which claims it prepared for which
+pods); `power_on()` starts it again, registering the Node anew if it was deleted meanwhile. Claims of pods the
+kubelet knew only from that checkpoint (pods deleted while it was down) are unprepared by the DRA manager's
+reconcile, every `dra_reconcile_s` (60 s on a real node) or when a test calls `reconcile_dra()`; claims of
+pods it saw go away while running are unprepared at once, as before.
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.apiserver.watch import StoredEvent, Watcher, WatchEvent
 from cdctl.sim.node.cdiresolver import UnresolvableDevice, resolve
 from cdctl.sim.node.healthwatch import HealthWatch, PreparedDevice, allocated_resources_status
+from cdctl.sim.node.noderegistration import register, renew_lease
 from cdctl.sim.node.pluginwatcher import PluginWatcher, RegisteredPlugin
 from cdctl.sim.node.podstatus import running_status, with_addresses
 
@@ -88,6 +101,14 @@ class ImmediateRuntime:
 
     async def stop(self, pod: dict[str, Any]) -> None:
         return None
+
+
+def _ready_condition(pod: Mapping[str, Any]) -> bool | None:
+    """The pod's Ready condition as the API has it (None: not written yet)."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return None
 
 
 def concerned_nodes(obj: Mapping[str, Any]) -> set[str]:
@@ -166,6 +187,9 @@ class SimKubelet:
         default_factory=list
     )  # (driver, service, claim uids)
     unprepare_calls: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    lease_renew_s: float = 10.0  # how often the running kubelet renews its node Lease
+    lease_duration_s: int = 40  # the Lease's leaseDurationSeconds (the kubelet's nodeLeaseDurationSeconds)
+    dra_reconcile_s: float = 60.0  # the DRA manager's reconcile period (claims of pods that are gone)
 
     def __post_init__(self) -> None:
         self.plugins = PluginWatcher(self.registry_dir)
@@ -181,39 +205,30 @@ class SimKubelet:
         self.health = HealthWatch(self.node_name, on_change=self._health_changed)
         self.claim_devices: dict[str, list[PreparedDevice]] = {}  # claim uid -> what its prepare returned
         self.pod_claims: dict[str, dict[str, str]] = {}  # pod uid -> pod claim name -> claim uid
+        self._workers: set[str] = set()  # pods this run of the kubelet has seen bound here (its pod workers)
+        self._lease_renewed_at = float("-inf")
+        self._dra_reconciled_at = 0.0
+        self.powered = True
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def register_node(self) -> None:
-        """Create the Node if absent, mark it Ready, and wipe the node's ResourceSlices (kubelet start-up)."""
-        nodes = self.store.type_of(*NODES)
-        try:
-            self.store.get(nodes, "", self.node_name)
-        except NotFound:
-            self.store.create(
-                nodes, "", {"metadata": {"name": self.node_name, "labels": dict(self.node_labels)}}
-            )
-        node = self.store.get(nodes, "", self.node_name)
-        node["status"] = {
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "lastTransitionTime": now_rfc3339(),
-                }
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": self.node_ip},
-                {"type": "Hostname", "address": self.node_name},
-            ],
-        }
-        self.store.update(nodes, "", self.node_name, node, subresource="status")
+        """Create the Node if absent, post Ready, renew the Lease, and wipe the node's ResourceSlices (kubelet
+        start-up)."""
+        node = register(self.store, self.node_name, self.node_labels, self.node_ip)
+        self._renew_lease(node)
         slices = self.store.type_of(*SLICES)
         self.store.delete_collection(
             slices, None, lambda s: (s.get("spec") or {}).get("nodeName") == self.node_name
         )
 
+    def _renew_lease(self, node: dict[str, Any] | None = None) -> None:
+        self._lease_renewed_at = time.monotonic()
+        renew_lease(self.store, self.node_name, self.lease_duration_s, node)
+
     async def start(self) -> None:
+        self.powered = True
+        self._workers = set(self.running)
+        self._dra_reconciled_at = time.monotonic()
         self.register_node()
         self._task = asyncio.create_task(self._run(), name=f"sim-kubelet-{self.node_name}")
 
@@ -235,6 +250,42 @@ class SimKubelet:
         self._reprepare = set(self.running)
         await self.start()
 
+    async def power_off(self) -> None:
+        """The node goes down: the kubelet stops and the node's containers with it (the runtime's processes
+        are the caller's to kill). What the kubelet keeps on disk stays: its DRA checkpoint (`claim_refs`)."""
+        await self.stop()
+        self.powered = False
+        self.running.clear()
+        self._reprepare.clear()
+        self.last_errors.clear()
+        self._failures.clear()
+        self._retry_at.clear()
+        self.plugins = PluginWatcher(self.registry_dir)  # plugin sockets are re-discovered after boot
+        self._registered = set()
+        self._deregistered_at.clear()
+
+    async def power_on(self) -> None:
+        """The node is back: start the kubelet (it registers the Node again if it was deleted)."""
+        await self.start()
+
+    def awaiting_dra_reconcile(self) -> list[str]:
+        """Pods whose claims only the DRA manager's reconcile will unprepare (gone while the kubelet was
+        down, never started by this run of it)."""
+        return sorted(
+            uid
+            for uid in self.claim_refs
+            if uid not in self._workers and uid not in self.running and uid not in self._starting
+        )
+
+    async def reconcile_dra(self) -> None:
+        """The DRA manager's reconcile: unprepare the claims of pods that are gone and not running here."""
+        self._dra_reconciled_at = time.monotonic()
+        pods = self.store.pods_on_node(self.node_name)
+        live = {p["metadata"]["uid"]: p for p in pods if not p["metadata"].get("deletionTimestamp")}
+        for uid in [u for u in self.claim_refs if u not in live and u not in self.running]:
+            if uid not in self._starting:
+                await self._teardown(uid, live)
+
     async def _run(self) -> None:
         # Woken by what concerns this node (its pods and slices, claims allocated on it), else every tick:
         # on a big rack every kubelet waking on every write of the cluster was most of the work.
@@ -246,7 +297,11 @@ class SimKubelet:
         try:
             while True:
                 try:
+                    if time.monotonic() - self._lease_renewed_at >= self.lease_renew_s:
+                        self._renew_lease()
                     await self.sync(wait=False)
+                    if time.monotonic() - self._dra_reconciled_at >= self.dra_reconcile_s:
+                        await self.reconcile_dra()
                     await self._follow_health()
                 except ApiError as error:
                     log.warning("simulated kubelet %s: %s", self.node_name, error)
@@ -337,12 +392,18 @@ class SimKubelet:
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         }
         for uid in [u for u in {*self.running, *self.claim_refs, *self._starting} if u not in live]:
+            if uid not in self._workers and uid not in self.running and uid not in self._starting:
+                continue  # known only from the DRA checkpoint: the DRA manager's reconcile unprepares it
             await self._cancel_start(uid)
             await self._teardown(uid, live)
+        self._workers.update(live)
         for uid, pod in live.items():
             if uid in self.running:
                 if uid in self._reprepare or self.running[uid].devices_error:
-                    await self._prepare_again(uid, self.running[uid])
+                    if wait:
+                        await self._prepare_again(uid, self.running[uid])
+                    elif uid not in self._starting:
+                        self._starting[uid] = asyncio.create_task(self._prepare_again_in_background(uid))
                 await self._refresh_readiness(self.running[uid], pod)
             elif wait:
                 await self._try_start(pod)
@@ -356,6 +417,14 @@ class SimKubelet:
             log.warning(
                 "simulated kubelet %s: starting %s: %s", self.node_name, pod["metadata"]["name"], error
             )
+        finally:
+            self._starting.pop(uid, None)
+
+    async def _prepare_again_in_background(self, uid: str) -> None:
+        try:
+            running = self.running.get(uid)
+            if running is not None:
+                await self._prepare_again(uid, running)
         finally:
             self._starting.pop(uid, None)
 
@@ -556,7 +625,7 @@ class SimKubelet:
     # ---- pod status ----------------------------------------------------------------------------------------
     async def _refresh_readiness(self, running: RunningPod, pod: dict[str, Any], first: bool = False) -> None:
         ready = not running.devices_error and await self.runtime.ready(pod)
-        if not first and ready == running.ready:
+        if not first and ready == running.ready and _ready_condition(pod) in (None, ready):
             return
         running.ready = ready
         self._write_status(pod, ready)

@@ -14,9 +14,12 @@ after `successThreshold` passes or `failureThreshold` failures in a row. Without
 container is Ready once started. Each change of readiness is handed to `on_change` (the rack wakes the
 node's kubelet, which writes the pod status); `probe_period_s`, when set, replaces every period (tests). An
 exited process is restarted (probes start over) unless `restartPolicy` is Never. Stop sends SIGTERM. Other
-pods are Ready at once. Output goes to `<log_dir>/<namespace>_<pod>.log`. The container and its exec probes
-run as the user the pod's securityContext or the image names (cdctl.sim.node.runas), switched to for real
-when this process is root, so a container that needs root and does not ask for it fails here as on a node.
+pods are Ready at once. `kill(pod)` is `kill -9` of the container (it and what it started die; the next
+readiness check restarts it, as the kubelet restarts a crashed container); `kill_node(node)` is the node
+losing power: every container there dies and is forgotten. Output goes to `<log_dir>/<namespace>_<pod>.log`.
+The container and its exec probes run as the user the pod's securityContext or the image names
+(cdctl.sim.node.runas), switched to for real when this process is root, so a container that needs root and
+does not ask for it fails here as on a node.
 Used by the rack launcher.
 """
 
@@ -36,6 +39,7 @@ from typing import Any
 
 from cdctl.sim.apiserver.selectors import field_value
 from cdctl.sim.node.cdiresolver import resolve
+from cdctl.sim.node.proctree import kill_tree
 from cdctl.sim.node.runas import RunAs, container_user, enforced
 
 log = logging.getLogger(__name__)
@@ -85,6 +89,7 @@ class _Running:
     process: asyncio.subprocess.Process
     env: dict[str, str]
     user: RunAs | None  # None: the runtime cannot switch users (not root), so it runs as itself
+    node: str = ""
     restarts: int = 0
     ready: bool = False
     started: bool = False  # the startup probe passed (or there is none)
@@ -144,7 +149,7 @@ class ProcessRuntime:
         if self.service_account_kubeconfig is not None and automount:
             env["KUBECONFIG"] = str(self.service_account_kubeconfig(pod))
         process = await self._spawn(pod, env)
-        running = _Running(process, env, self.user_of(pod))
+        running = _Running(process, env, self.user_of(pod), node)
         self.running[pod["metadata"]["uid"]] = running
         self._start_prober(pod, running)
         log.info(
@@ -252,6 +257,25 @@ class ProcessRuntime:
                 checker.kill()
             await checker.wait()
             raise
+
+    def kill(self, pod_uid: str) -> bool:
+        """`kill -9` of the pod's container and what it started; False when it does not run."""
+        running = self.running.get(pod_uid)
+        if running is None or running.process.returncode is not None:
+            return False
+        kill_tree(running.process.pid)
+        return True
+
+    async def kill_node(self, node: str) -> int:
+        """The node loses power: its containers die with what they started and are forgotten."""
+        gone = [uid for uid, running in self.running.items() if running.node == node]
+        for uid in gone:
+            running = self.running.pop(uid)
+            await self._stop_prober(running)
+            if running.process.returncode is None:
+                kill_tree(running.process.pid)
+            await running.process.wait()
+        return len(gone)
 
     async def stop(self, pod: dict[str, Any]) -> None:
         running = self.running.pop(pod["metadata"]["uid"], None)

@@ -155,14 +155,16 @@ def node_states(rack: Rack) -> list[NodeState]:
     return states
 
 
-def _unprepared_in_log(db: Path) -> list[str]:
-    """Claims the plugin's event log shows prepared or pending and not unprepared since."""
+def unprepared_in_log(db: Path) -> list[str]:
+    """Claims the plugin's event log shows prepared or pending and not unprepared since (a claim invalidated
+    by a reboot holds nothing: its CDI spec and channel went with the old boot)."""
     if not db.exists():
         return []
     connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
     try:
         rows = connection.execute(
-            "SELECT claim_uid, name, state FROM claim_lifecycle WHERE unprepared_at IS NULL"
+            "SELECT claim_uid, name, state FROM claim_lifecycle"
+            " WHERE unprepared_at IS NULL AND state != 'Invalidated'"
         ).fetchall()
     except sqlite3.OperationalError:
         return []
@@ -188,7 +190,7 @@ def leftovers(rack: Rack, namespaces: list[str], job_names: list[str]) -> list[s
             found.append(f"kubelet {name} still holds {held} pods' claims")
         for spec in sorted(rack.cdi_root(name).glob(f"{VENDOR}-{CLAIM_CLASS}_*")):
             found.append(f"CDI spec {spec} still exists")
-        found += [f"{name}: plugin log: {line}" for line in _unprepared_in_log(rack.plugin_db(name))]
+        found += [f"{name}: plugin log: {line}" for line in unprepared_in_log(rack.plugin_db(name))]
     for node in _list(rack, "", "nodes"):
         for label in node["metadata"].get("labels") or {}:
             if label.startswith(LABEL_COMPUTE_DOMAIN):

@@ -3,7 +3,12 @@
 `async with SimCluster(work_dir, topology) as cluster:` starts the API server on loopback, the
 ResourceClaim-from-template controller, the allocator (scheduler), the DaemonSet controller, and a kubelet for
 every node of the fake NVLink topology (each with its own plugin registration and plugin directories under
-`work_dir`, short enough for unix socket paths, and its CDI spec directory `cdi_dir(node)`). Clients connect
+`work_dir`, short enough for unix socket paths, and its CDI spec directory `cdi_dir(node)`), and the two
+parts of the controller manager that act when a node is lost: the node lifecycle controller (a node whose
+kubelet's Lease is not renewed for `timings.node_monitor_grace_s` goes Ready=Unknown, tainted, its pods not
+Ready) and the pod garbage collector (pods of a node deleted `timings.pod_gc_quarantine_s` ago go); the
+kubelets renew their Leases every `timings.lease_renew_s`. `NodeTimings()` are a real cluster's defaults.
+Clients connect
 with `cluster.write_kubeconfig(path)` or `cluster.url`; a node's kubelet plugin is pointed at
 `registry_dir(node)` / `plugin_dir(node)` and given `--fake-nvml <topology.node(node).fake_nvml_spec()>` (or,
 in process, `NodeDeviceLib`) and the fake driver files of `driver_files(node)`; `fake_imex_env()` puts the
@@ -20,6 +25,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -29,6 +35,8 @@ from cdctl.sim.controllers.allocator import Allocator
 from cdctl.sim.controllers.claimtemplates import ClaimTemplateController
 from cdctl.sim.controllers.controllerloop import ControllerLoop
 from cdctl.sim.controllers.daemonsets import DaemonSetController
+from cdctl.sim.controllers.nodelifecycle import NodeLifecycleController
+from cdctl.sim.controllers.podgc import PodGarbageCollector
 from cdctl.sim.node import fakeimex
 from cdctl.sim.node.fakedriver import DriverFiles, write_driver_files
 from cdctl.sim.node.kubelet import ImmediateRuntime, NodeRouter, PodRuntime, SimKubelet
@@ -36,6 +44,17 @@ from cdctl.sim.node.topology import Topology, build_topology
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 RACK_LABEL = "cdctl.sim/rack"
+
+
+@dataclass(frozen=True)
+class NodeTimings:
+    """How fast the cluster notices a lost node; the defaults are a real cluster's."""
+
+    lease_renew_s: float = 10.0  # kubelet: node Lease renewal (0.25 of its 40 s duration)
+    node_monitor_period_s: float = 5.0  # node lifecycle controller: how often it looks
+    node_monitor_grace_s: float = 40.0  # node lifecycle controller: silence before Ready=Unknown
+    pod_gc_quarantine_s: float = 40.0  # pod GC: how long a node must be gone before its pods go
+    dra_reconcile_s: float = 60.0  # kubelet DRA manager: unprepare claims of pods gone while it was down
 
 
 class SimCluster:
@@ -47,7 +66,9 @@ class SimCluster:
         settings: ServerSettings | None = None,
         runtime: PodRuntime | None = None,
         kubelet_tick_s: float = 0.1,
+        timings: NodeTimings | None = None,
     ) -> None:
+        self.timings = timings = timings or NodeTimings()
         self.work_dir = work_dir
         self.topology = topology or build_topology(racks=1)
         self.apiserver = ApiServer(settings=settings)
@@ -56,11 +77,18 @@ class SimCluster:
         claim_templates = ClaimTemplateController(self.store)
         allocator = Allocator(self.store)
         daemonsets = DaemonSetController(self.store)
+        self.node_lifecycle = NodeLifecycleController(self.store, grace_s=timings.node_monitor_grace_s)
+        self.pod_gc = PodGarbageCollector(self.store, quarantine_s=timings.pod_gc_quarantine_s)
+        period = timings.node_monitor_period_s
         self.controllers = [
             ControllerLoop("claim-templates", self.store, claim_templates.kinds, claim_templates.reconcile),
             ControllerLoop("allocator", self.store, allocator.kinds, allocator.reconcile),
             ControllerLoop("daemonsets", self.store, daemonsets.kinds, daemonsets.reconcile),
-        ]
+            ControllerLoop("node-lifecycle", self.store, self.node_lifecycle.kinds,
+                           self.node_lifecycle.reconcile, resync_s=period),
+            ControllerLoop("pod-gc", self.store, self.pod_gc.kinds, self.pod_gc.reconcile,
+                           resync_s=min(period, max(timings.pod_gc_quarantine_s / 4, 0.05))),
+        ]  # fmt: skip
         self.kubelets: dict[str, SimKubelet] = {}
         self._driver_files: dict[str, DriverFiles] = {}
         router = NodeRouter(self.store)
@@ -77,6 +105,8 @@ class SimCluster:
                 tick_s=kubelet_tick_s,
                 router=router,
                 cdi_dirs=[self.cdi_dir(node.name)],
+                lease_renew_s=timings.lease_renew_s,
+                dra_reconcile_s=timings.dra_reconcile_s,
             )
 
     @property

@@ -5,8 +5,9 @@ set (driver namespace, feature gates, per-node plugin, registration and CDI dire
 file the rack rewrites, probed every `fabric_probe_s`) and fake `/proc` driver files, one event log per
 process) as the arguments after `cdctl`; `Component.launch` starts it, through the fork server
 (cdctl.sim.node.forkserver) when one is given, else as the console script, with its output in a log file, and
-`stop()` sends SIGTERM and waits (SIGKILL after a grace period). The simulated API server has no rate limit,
-so client-side throttling is off. Used by cdctl.sim.rack.launch.
+`stop()` sends SIGTERM and waits (SIGKILL after a grace period); `kill()` is `kill -9`
+(cdctl.sim.node.proctree). The simulated API server has no rate limit, so client-side throttling is off. Used
+by cdctl.sim.rack.launch.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdctl.sim.node.forkserver import ForkedProcess, ForkServer
+from cdctl.sim.node.proctree import kill_tree
 from cdctl.sim.node.topology import NODES_PER_RACK, Topology
 from cdctl.sim.rack.cluster import SimCluster
 from cdctl.sim.rack.settings import RackSettings
@@ -38,12 +40,14 @@ def cdctl_argv() -> list[str]:
     return [found] if found else [sys.executable, "-m", "cdctl"]
 
 
-def controller_command(settings: RackSettings, kubeconfig: Path, db: Path, topology: Topology) -> list[str]:
+def controller_command(
+    settings: RackSettings, kubeconfig: Path, db: Path, topology: Topology, pod: str = CONTROLLER_POD
+) -> list[str]:
     db.parent.mkdir(parents=True, exist_ok=True)
     per_clique = max(len(topology.rack(r)) for r in {n.rack for n in topology.nodes.values()})
     return [
         "controller",
-        "--pod-name", CONTROLLER_POD,
+        "--pod-name", pod,
         "--namespace", settings.driver_namespace,
         "--image-name", DAEMON_IMAGE,
         "--log-verbosity-cd-daemon", "4",
@@ -108,6 +112,12 @@ class Component:
         lines = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
         last = lines[-1].strip() if lines else "no output"
         return f"{self.name} exited with {self.returncode}: {last} (log: {self.log_path})"
+
+    async def kill(self) -> None:
+        """`kill -9` the process (and anything it started); returns once it is reaped."""
+        if self.process.returncode is None:
+            kill_tree(self.process.pid)
+        await self.process.wait()
 
     async def stop(self) -> None:
         if self.process.returncode is None:

@@ -8,7 +8,8 @@
    namespace with the daemons' ServiceAccount (driver-managed mode), and on every node what GPU Feature
    Discovery and the device plugin would add: the
    `nvidia.com/gpu.clique` label (from the fake NVLink topology) and 4 allocatable `nvidia.com/gpu`;
-3. `cdctl controller` and one `cdctl kubelet-plugin` on each node where the chart's placement
+3. `cdctl controller` (`controller_replicas` of them, under leader election when more than one, each with its
+   own event log) and one `cdctl kubelet-plugin` on each node where the chart's placement
    (`kubeletPlugin` nodeSelector, affinity, tolerations) would run its DaemonSet's pod: the GPU nodes, not the
    CPU-only ones. Each is a child process with its own event log, sockets and CDI root under the node's
    directory (cdctl.sim.rack.components), and reads its fake NVML from a spec file the rack rewrites when a
@@ -23,9 +24,11 @@
    `fork_server=False`: each is still its own process, without a second of imports apiece. The daemon pods are
    probed as their spec says (its startupProbe, then at once and every period its readinessProbe:
    `probe_period_s=None`).
-It returns once every plugin has registered with its kubelet and published its ResourceSlice. Leaving the
-block stops the children with SIGTERM (the daemons first), then the cluster. Used by cdctl.sim.rack.scenario,
-the integration tests and bench/formation.py.
+It returns once every plugin has registered with its kubelet and published its ResourceSlice. A component can
+be started again alone (`launch_controller`, `launch_plugin`), as its StatefulSet or DaemonSet and the kubelet
+would after it died (cdctl.sim.rack.faults); `label_gpu_node` labels a node registered anew. Leaving the block
+stops the children with SIGTERM (the daemons first), then the cluster. Used by cdctl.sim.rack.scenario, the
+integration tests and bench/formation.py.
 """
 
 from __future__ import annotations
@@ -114,18 +117,27 @@ class Rack:
         )
         # Each kubelet also passes every tick (probes, retries); on a big rack that adds up in this process.
         tick_s = max(KUBELET_TICK_S, len(self.topology.nodes) / NODES_PER_KUBELET_TICK_S)
-        self.cluster = SimCluster(self.work_dir, self.topology, runtime=self.runtime, kubelet_tick_s=tick_s)
+        self.cluster = SimCluster(
+            self.work_dir,
+            self.topology,
+            runtime=self.runtime,
+            kubelet_tick_s=tick_s,
+            timings=settings.node_timings,
+        )
         self.runtime.on_change = self._readiness_changed
         self.store = self.cluster.store
         serve_jobs(self.store)
         jobs = JobController(self.store)
         self.cluster.controllers.append(ControllerLoop("jobs", self.store, jobs.kinds, jobs.reconcile))
-        self.controller: Component | None = None
+        self.controllers: dict[int, Component] = {}  # by replica
+        self.controller_generations: dict[int, int] = {}  # replica -> its event log's generation (lost: +1)
         self.fork_server: ForkServer | None = None
         self.probe_server: ForkServer | None = None
         self.plugins: dict[str, Component] = {}
         self.pods = ComponentPods(self.store, self.cluster.apiserver.pod_network, settings.driver_namespace)
         self.timings = StartTimings()
+        self.started = False  # every component is up (later pods are routed as they get an address)
+        self._routing: set[asyncio.Task[None]] = set()
 
     # ---- paths ---------------------------------------------------------------------------------------------
     def cdi_root(self, node: str) -> Path:
@@ -242,22 +254,28 @@ class Rack:
             node = self.store.get(nodes, "", fake.name)
             node["metadata"].setdefault("labels", {})["kubernetes.io/hostname"] = fake.name
             self.store.update(nodes, "", fake.name, node)
-        for fake in self.topology.nodes.values():
-            node = self.store.get(nodes, "", fake.name)
-            labels = node["metadata"].setdefault("labels", {})
-            labels.update(
-                {
-                    "kubernetes.io/hostname": fake.name,
-                    "nvidia.com/gpu.count": str(len(fake.gpu_uuids)),
-                    "nvidia.com/gpu.product": GPU_PRODUCT,
-                }
-            )
-            if fake.clique_id:
-                labels[CLIQUE_LABEL] = fake.clique_id
-            node = self.store.update(nodes, "", fake.name, node)
-            gpus = {GPU_RESOURCE: str(len(fake.gpu_uuids) or GPUS_PER_NODE)}
-            node["status"] = {**(node.get("status") or {}), "capacity": gpus, "allocatable": dict(gpus)}
-            self.store.update(nodes, "", fake.name, node, subresource="status")
+        for name in self.topology.nodes:
+            self.label_gpu_node(name)
+
+    def label_gpu_node(self, name: str) -> None:
+        """Label one GPU node and advertise its GPUs (again, for a Node registered anew after a reboot)."""
+        nodes = self.store.type_of("", "nodes")
+        fake = self.topology.node(name)
+        node = self.store.get(nodes, "", fake.name)
+        labels = node["metadata"].setdefault("labels", {})
+        labels.update(
+            {
+                "kubernetes.io/hostname": fake.name,
+                "nvidia.com/gpu.count": str(len(fake.gpu_uuids)),
+                "nvidia.com/gpu.product": GPU_PRODUCT,
+            }
+        )
+        if fake.clique_id:
+            labels[CLIQUE_LABEL] = fake.clique_id
+        node = self.store.update(nodes, "", fake.name, node)
+        gpus = {GPU_RESOURCE: str(len(fake.gpu_uuids) or GPUS_PER_NODE)}
+        node["status"] = {**(node.get("status") or {}), "capacity": gpus, "allocatable": dict(gpus)}
+        self.store.update(nodes, "", fake.name, node, subresource="status")
 
     def _pod_kubeconfig(self, pod: dict[str, Any]) -> Path:
         """What the kubelet mounts into a pod: a token of its service account bound to the pod and node."""
@@ -277,54 +295,135 @@ class Rack:
         return next(iter(self.topology.cpu_nodes or self.topology.nodes))
 
     async def _start_components(self) -> None:
-        env = dict(self.base_env)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         launched = time.perf_counter()
-        rack_domains = {"RACK_DOMAINS": "true", "RACK_DOMAIN_NAMESPACE": self.settings.rack_domains_namespace}
-        ports = http_ports(self.chart_values())
-        account = f"{CHART_NAME}-controller"
-        node = self._controller_node()
-        pod, local_port = self.pods.create(CONTROLLER_POD, "controller", node, account, ports["controller"])
-        self.controller = await Component.launch(
-            "controller",
-            [
-                *controller_command(
-                    self.settings, self._pod_kubeconfig(pod), self.controller_db, self.topology
-                ),
-                *self._component_flags(local_port),
-            ],
-            {**env, **rack_domains} if self.settings.rack_domains_namespace else env,
-            self.logs_dir / "controller.log",
-            self.fork_server,
-        )
+        for replica in range(max(1, self.settings.controller_replicas)):
+            await self.launch_controller(replica)
         for node in self.plugin_nodes():
-            self.topology.node(node).write_nvml_spec(self.nvml_spec_file(node))
-            name = f"{CHART_NAME}-kubelet-plugin-{node}"
-            account = f"{CHART_NAME}-kubelet-plugin"
-            pod, local_port = self.pods.create(name, "kubelet-plugin", node, account, ports["kubelet-plugin"])
-            self.plugins[node] = await Component.launch(
-                f"plugin {node}",
-                [
-                    *plugin_command(
-                        self.settings,
-                        node,
-                        self.cluster,
-                        self._pod_kubeconfig(pod),
-                        self.cdi_root(node),
-                        self.plugin_db(node),
-                    ),
-                    "--pod-name",
-                    name,
-                    *self._component_flags(local_port),
-                ],
-                env,
-                self.logs_dir / f"plugin-{node}.log",
-                self.fork_server,
-            )
+            await self.launch_plugin(node)
         self.timings.per_step["launch processes"] = time.perf_counter() - launched
         await self._wait_until_registered()
         await self.pods.route_all(self.settings.start_timeout_s)
+        self.started = True
         self.timings.per_step["plugins registered"] = time.perf_counter() - launched
+
+    # ---- components, one at a time (at start, and as a Deployment or DaemonSet does after a crash) ---------
+    @property
+    def controller(self) -> Component | None:
+        """The first controller replica (the only one unless `controller_replicas` says more)."""
+        return self.controllers.get(0)
+
+    def controller_pod(self, replica: int) -> str:
+        """The replica's pod name: a StatefulSet's, so a pod deleted comes back under the same name."""
+        return CONTROLLER_POD if replica == 0 else CONTROLLER_POD.removesuffix("-0") + f"-{replica}"
+
+    def controller_db_for(self, replica: int, generation: int = 0) -> Path:
+        """The replica's event log, on its PersistentVolumeClaim; a new `generation` is a new, empty log (the
+        volume was lost, or persistence is off and the log was on the deleted pod's emptyDir)."""
+        directory = self.work_dir / ("controller" if replica == 0 else f"controller-{replica}")
+        return directory / ("events.db" if generation == 0 else f"events-g{generation}.db")
+
+    def controller_dbs(self) -> list[Path]:
+        """Every controller event log written so far (all replicas, all their pods)."""
+        return sorted(p for p in self.work_dir.glob("controller*/events*.db") if p.is_file())
+
+    def _component_pod(
+        self, name: str, component: str, node: str, account: str, *, new_pod: bool = False
+    ) -> tuple[dict[str, Any], int]:
+        """The component's pod and the local port its process serves HTTP on. A pod that still exists is
+        the one its process runs in again (a container restart); one that is gone (its node was deleted) or
+        `new_pod` (force-deleted: its StatefulSet or DaemonSet makes it again) is created anew, and routed
+        once its kubelet has given it an address."""
+        pods = self.store.type_of("", "pods")
+        namespace = self.settings.driver_namespace
+        existing = (
+            self.store.get(pods, namespace, name) if self.store.exists_name(pods, namespace, name) else None
+        )
+        if existing is not None and (new_pod or existing["metadata"].get("deletionTimestamp")):
+            self.store.delete(pods, namespace, name)
+            existing = None
+        if existing is not None and name in self.pods.local_ports:
+            return existing, self.pods.local_ports[name][1]
+        port = http_ports(self.chart_values())[component]
+        pod, local_port = self.pods.create(name, component, node, account, port)
+        if self.started:
+            routing = asyncio.create_task(self._route(), name=f"route {name}")
+            self._routing.add(routing)
+            routing.add_done_callback(self._routing.discard)
+        return pod, local_port
+
+    async def _route(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await self.pods.route_all(self.settings.start_timeout_s)
+
+    async def launch_controller(
+        self, replica: int, generation: int = 0, *, new_pod: bool = False
+    ) -> Component:
+        """Start controller replica `replica` on its event log `generation` (see `controller_db_for`)."""
+        name = self.controller_pod(replica)
+        pod, local_port = self._component_pod(
+            name, "controller", self._controller_node(), f"{CHART_NAME}-controller", new_pod=new_pod
+        )
+        args = [
+            *controller_command(
+                self.settings,
+                self._pod_kubeconfig(pod),
+                self.controller_db_for(replica, generation),
+                self.topology,
+                pod=name,
+            ),
+            *self._component_flags(local_port),
+        ]
+        if self.settings.controller_replicas > 1:
+            lease_s, renew_s, retry_s = self.settings.leader_election_s
+            args += [
+                "--leader-election-enabled",
+                "--leader-election-lease-lock-namespace", self.settings.driver_namespace,
+                "--leader-election-lease-duration", f"{lease_s}s",
+                "--leader-election-renew-deadline", f"{renew_s}s",
+                "--leader-election-retry-period", f"{retry_s}s",
+            ]  # fmt: skip
+        env = dict(self.base_env)
+        if self.settings.rack_domains_namespace:
+            env.update(RACK_DOMAINS="true", RACK_DOMAIN_NAMESPACE=self.settings.rack_domains_namespace)
+        log_name = "controller" if replica == 0 else f"controller-{replica}"
+        component = await Component.launch(
+            "controller" if replica == 0 else f"controller {replica}",
+            args,
+            env,
+            self.logs_dir / f"{log_name}.log",
+            self.fork_server,
+        )
+        self.controllers[replica] = component
+        self.controller_generations[replica] = generation
+        return component
+
+    async def launch_plugin(self, node: str) -> Component:
+        """Start the kubelet plugin on `node`, in the pod the plugin DaemonSet runs there."""
+        self.topology.node(node).write_nvml_spec(self.nvml_spec_file(node))
+        name = f"{CHART_NAME}-kubelet-plugin-{node}"
+        pod, local_port = self._component_pod(name, "kubelet-plugin", node, f"{CHART_NAME}-kubelet-plugin")
+        component = await Component.launch(
+            f"plugin {node}",
+            [
+                *plugin_command(
+                    self.settings,
+                    node,
+                    self.cluster,
+                    self._pod_kubeconfig(pod),
+                    self.cdi_root(node),
+                    self.plugin_db(node),
+                ),
+                "--pod-name",
+                name,
+                *self._component_flags(local_port),
+            ],
+            dict(self.base_env),
+            self.logs_dir / f"plugin-{node}.log",
+            self.fork_server,
+        )
+        self.plugins[node] = component
+        return component
 
     def registered_nodes(self) -> set[str]:
         """Nodes whose plugin is registered with the kubelet and has published a ResourceSlice."""
@@ -341,17 +440,21 @@ class Rack:
         }
 
     def exited(self) -> list[Component]:
-        components = [*([self.controller] if self.controller else []), *self.plugins.values()]
+        components = [*self.controllers.values(), *self.plugins.values()]
         return [c for c in components if c.returncode is not None]
 
     async def _wait_until_registered(self) -> None:
+        await self.wait_until_registered(set(self.plugins))
+
+    async def wait_until_registered(self, nodes: set[str]) -> None:
+        """Until the plugins of `nodes` are registered with their kubelets and have published their slices."""
         deadline = time.monotonic() + self.settings.start_timeout_s
-        while len(self.registered_nodes()) < len(self.plugins):
+        while nodes - self.registered_nodes():
             dead = self.exited()
             if dead:
                 raise RackStartError("; ".join(c.failure() for c in dead))
             if time.monotonic() > deadline:
-                missing = sorted(set(self.plugins) - self.registered_nodes())
+                missing = sorted(nodes - self.registered_nodes())
                 raise RackStartError(
                     f"plugins not registered after {self.settings.start_timeout_s:.0f} s: {missing}"
                 )
@@ -361,12 +464,15 @@ class Rack:
     async def stop(self) -> None:
         """Kubelets and stand-ins first (no call reaches a plugin that is stopping), then daemons, then the
         components, then the API server."""
+        for routing in list(self._routing):
+            routing.cancel()
+        await asyncio.gather(*self._routing, return_exceptions=True)
         for kubelet in self.cluster.kubelets.values():
             await kubelet.stop()
         for loop in self.cluster.controllers:
             await loop.stop()
         await self.runtime.stop_all()
-        components = [*self.plugins.values(), *([self.controller] if self.controller else [])]
+        components = [*self.plugins.values(), *self.controllers.values()]
         await asyncio.gather(*(c.stop() for c in components))
         for server in (self.fork_server, self.probe_server):
             if server is not None:

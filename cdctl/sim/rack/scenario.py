@@ -53,6 +53,7 @@ class DomainPlan:
     workers: int
     jobs: int = 1
     rack: str = ""  # the rack label's value when the controller creates the domain for the rack
+    num_nodes: int | None = None  # the domain's spec.numNodes; None: as many as its workers (0: elastic)
 
     @property
     def template(self) -> str:
@@ -188,7 +189,9 @@ class _Runner:
                 CD_GROUP,
                 "computedomains",
                 plan.namespace,
-                compute_domain(plan.name, plan.namespace, plan.nodes),
+                compute_domain(
+                    plan.name, plan.namespace, plan.nodes if plan.num_nodes is None else plan.num_nodes
+                ),
             )
             created[plan.name] = time.perf_counter()
             self.report.domain_uids[plan.name] = str(obj["metadata"]["uid"])  # type: ignore[index]

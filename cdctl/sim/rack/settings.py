@@ -1,15 +1,18 @@
 """What a simulated rack is asked to be: its size, IMEX mode, driver namespace and start-up options.
 
 `RackSettings` is built by `cdctl sim rack` (cdctl.sim.rack.rackcommand), the tests and the benchmarks, and
-read by cdctl.sim.rack.launch (the rack) and cdctl.sim.rack.components (the components' command lines).
+read by cdctl.sim.rack.launch (the rack) and cdctl.sim.rack.components (the components' command lines). With
+more than one controller replica the rack turns leader election on, with short durations (a real chart's
+are 15 s / 10 s / 2 s) so that a failover takes seconds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdctl.sim.node.topology import NODES_PER_RACK
+from cdctl.sim.rack.cluster import NodeTimings
 
 DRIVER_MANAGED = "driver-managed"
 HOST_MANAGED = "host-managed"
@@ -29,6 +32,11 @@ class RackSettings:
     fork_server: bool = True  # start cdctl processes from a warm fork server (cdctl.sim.node.forkserver)
     fabric_probe_s: float = 2.0  # how often each plugin probes its fake NVML (device health)
     rack_domains_namespace: str = ""  # non-empty: `cdctl controller --rack-domains` keeps its domains here
+    # How fast the cluster notices a lost node (Lease renewal, node monitor grace, pod GC quarantine, the
+    # kubelet's DRA reconcile); a real cluster's defaults unless a test asks for shorter ones.
+    node_timings: NodeTimings = field(default_factory=NodeTimings)
+    controller_replicas: int = 1  # more than one: leader election on, as the chart's `controller.replicas`
+    leader_election_s: tuple[float, float, float] = (4.0, 3.0, 0.5)  # lease, renew deadline, retry period
 
     @property
     def host_managed(self) -> bool:

@@ -1,0 +1,105 @@
+"""The Job stand-in: one pod per index up to parallelism, and parallelism changed while the Job runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdctl.sim.apiserver.store import ObjectStore
+from cdctl.sim.controllers.jobs import COMPLETION_INDEX_LABEL, JobController, serve_jobs
+
+
+def _job(store: ObjectStore, completions: int, parallelism: int) -> dict[str, Any]:
+    body = {
+        "metadata": {"name": "train"},
+        "spec": {
+            "completions": completions,
+            "parallelism": parallelism,
+            "completionMode": "Indexed",
+            "template": {"spec": {"containers": [{"name": "c", "image": "img"}]}},
+        },
+    }
+    return store.create(store.type_of("batch", "jobs"), "default", body)
+
+
+def _indices(store: ObjectStore) -> list[int]:
+    pods, _ = store.list_objects(store.type_of("", "pods"), "default")
+    return sorted(int(p["metadata"]["labels"][COMPLETION_INDEX_LABEL]) for p in pods)
+
+
+def _scale(store: ObjectStore, parallelism: int) -> None:
+    jobs = store.type_of("batch", "jobs")
+    job = store.get(jobs, "default", "train")
+    job["spec"]["parallelism"] = parallelism
+    store.update(jobs, "default", "train", job)
+
+
+def _run(store: ObjectStore, name: str, *, node: str = "n", ready: bool = True, since: str = "") -> None:
+    pods = store.type_of("", "pods")
+    pod = store.get(pods, "default", name)
+    pod["spec"]["nodeName"] = node
+    pod = store.update(pods, "default", name, pod)
+    flag = "True" if ready else "False"
+    pod["status"] = {
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": flag, "lastTransitionTime": since or "2026-01-01T00:00:00Z"}
+        ],
+    }
+    store.update(pods, "default", name, pod, subresource="status")
+
+
+def _store() -> ObjectStore:
+    store = ObjectStore()
+    serve_jobs(store)
+    return store
+
+
+def test_lowering_parallelism_deletes_the_newest_running_pods_and_raising_it_refills_the_lowest_indices() -> (
+    None
+):
+    store = _store()
+    _job(store, completions=4, parallelism=4)
+    jobs = JobController(store)
+    jobs.reconcile()
+    for index in range(4):
+        _run(store, f"train-{index}")
+    _scale(store, 2)
+    jobs.reconcile()
+    assert _indices(store) == [0, 1]
+    status = store.get(store.type_of("batch", "jobs"), "default", "train")["status"]
+    assert (status["active"], status["ready"]) == (2, 2)
+    _scale(store, 4)
+    jobs.reconcile()
+    assert _indices(store) == [0, 1, 2, 3]
+
+
+def test_lowering_parallelism_removes_unscheduled_then_not_ready_pods_before_ready_ones() -> None:
+    store = _store()
+    _job(store, completions=4, parallelism=4)
+    jobs = JobController(store)
+    jobs.reconcile()
+    _run(store, "train-0", since="2026-01-01T00:00:05Z")
+    _run(store, "train-1", ready=False)
+    _run(store, "train-2", since="2026-01-01T00:00:01Z")  # Ready for longer than train-0
+    # train-3 stays unscheduled
+    _scale(store, 3)
+    jobs.reconcile()
+    assert _indices(store) == [0, 1, 2]
+    _scale(store, 2)
+    jobs.reconcile()
+    assert _indices(store) == [0, 2]
+    _scale(store, 1)
+    jobs.reconcile()
+    assert _indices(store) == [2], "the pod Ready for less time goes first"
+
+
+def test_a_deleted_pod_is_replaced_under_its_index() -> None:
+    store = _store()
+    _job(store, completions=3, parallelism=3)
+    jobs = JobController(store)
+    jobs.reconcile()
+    first = store.get(store.type_of("", "pods"), "default", "train-1")["metadata"]["uid"]
+    store.delete(store.type_of("", "pods"), "default", "train-1")
+    jobs.reconcile()
+    assert _indices(store) == [0, 1, 2]
+    assert store.get(store.type_of("", "pods"), "default", "train-1")["metadata"]["uid"] != first
