@@ -389,7 +389,14 @@ class DeviceState:
         domain's label lock, so two Unprepares of a domain's last claims cannot each count the other."""
         async with self.claim_locks.hold(ref.uid):
             rec = self.book.get(ref.uid)
-            if rec is None or rec.state in (None, c.ClaimState.UNPREPARED):
+            if rec is None:
+                # Nothing recorded yet, but a Prepare of the claim may be in flight (reading the claim): a
+                # tombstone fences it, as an Unprepare after its start does (Go issue 1162 by another road).
+                await self.book.append(ref.uid, [c.ClaimUnprepared(ref.uid, f"{reason}: before any prepare")])
+                log.debug("Unprepare of a claim never prepared here: recorded, to fence a prepare in flight",
+                          claim=str(ref))  # fmt: skip
+                return False
+            if rec.state in (None, c.ClaimState.UNPREPARED):
                 log.debug("Unprepare noop: claim not found in checkpoint data", claim=str(ref))
                 return False
             if expected_version and rec.version != expected_version:

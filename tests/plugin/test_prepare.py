@@ -63,9 +63,13 @@ async def test_prepare_returns_checkpointed_devices_for_completed_claim(node: No
     assert len(await node.store.read_stream("claim/c1")) == 4
 
 
-async def test_unprepare_missing_claim_is_noop(node: Node) -> None:
+async def test_unprepare_missing_claim_changes_nothing_but_leaves_a_tombstone(node: Node) -> None:
+    """Nothing to undo, but the Unprepare is recorded, so a Prepare already in flight is fenced."""
     assert not await node.state.unprepare(ClaimRef("nope", "default", "x"))
-    assert await node.store.read_stream("claim/nope") == []
+    assert [e.type for e in await node.store.read_stream("claim/nope")] == ["ClaimUnprepared"]
+    assert node.cluster.labels == {}
+    assert not await node.state.unprepare(ClaimRef("nope", "default", "x"))  # a second one records nothing
+    assert len(await node.store.read_stream("claim/nope")) == 1
 
 
 async def test_unprepare_removes_label_spec_and_releases_channel(node: Node) -> None:

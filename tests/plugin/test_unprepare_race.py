@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from cdctl.domain import claims as c
 from cdctl.plugin.cdi import claim_spec_path
 from cdctl.plugin.devices import ClaimRef
@@ -24,11 +22,6 @@ from tests.plugin.conftest import Node
 from tests.plugin.fakes import C1, DOM1, channel_claim
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an Unprepare of a claim the log does not know yet is a no-op that fences nothing, so a Prepare "
-    "already in flight completes after it and the claim stays prepared (plugin: DeviceState.unprepare)",
-)
 async def test_a_prepare_in_flight_when_its_claim_is_unprepared_leaves_nothing_prepared(node: Node) -> None:
     node.cluster.ready.add((DOM1, "node-a"))
     node.cluster.add_claim(channel_claim(C1, DOM1))
