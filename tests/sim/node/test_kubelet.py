@@ -4,37 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.controllers.allocator import Allocator
 from cdctl.sim.controllers.claimtemplates import ClaimTemplateController
 from cdctl.sim.node.kubelet import SimKubelet
 from tests.sim.fakeplugin import PluginLog, serve_plugin
-from tests.sim.standins import DAEMON_CLASS, DRIVER, add_classes, add_pod, add_slice, add_template, get
+from tests.sim.node.conftest import claim_cluster
+from tests.sim.standins import DAEMON_CLASS, DRIVER, add_pod, add_slice, add_template, get
 
 NODE = "n1"
-
-
-@pytest.fixture
-def socket_root() -> Iterator[Path]:
-    # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
-    root = Path(tempfile.mkdtemp(prefix="cdsim-", dir="/tmp"))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _cluster() -> ObjectStore:
-    store = ObjectStore()
-    add_classes(store)
-    add_template(store, "tmpl")
-    return store
 
 
 async def _schedule(store: ObjectStore, kubelet: SimKubelet) -> None:
@@ -44,7 +25,7 @@ async def _schedule(store: ObjectStore, kubelet: SimKubelet) -> None:
 
 
 async def test_start_registers_the_node_and_wipes_its_slices(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     add_slice(store, NODE)
     add_slice(store, "other")
     kubelet = SimKubelet(store, NODE, socket_root / "registry", node_labels={"gpu": "yes"})
@@ -57,7 +38,7 @@ async def test_start_registers_the_node_and_wipes_its_slices(socket_root: Path) 
 
 
 async def test_registers_plugin_and_prefers_the_first_listed_service(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry")
     async with serve_plugin(
         socket_root / "registry", socket_root / "plugin", DRIVER, ["v1beta1.DRAPlugin", "v1.DRAPlugin"]
@@ -70,7 +51,7 @@ async def test_registers_plugin_and_prefers_the_first_listed_service(socket_root
 
 
 async def test_rejects_plugins_it_cannot_serve(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry")
     async with serve_plugin(
         socket_root / "registry", socket_root / "plugin", DRIVER, ["v1alpha3.NodeService"]
@@ -82,7 +63,7 @@ async def test_rejects_plugins_it_cannot_serve(socket_root: Path) -> None:
 
 
 async def test_prepares_claims_marks_pod_ready_and_unprepares_on_deletion(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry")
     kubelet.register_node()
     add_slice(store, NODE)
@@ -121,7 +102,7 @@ async def _failing_pod(store: ObjectStore, kubelet: SimKubelet, log: PluginLog) 
 
 
 async def test_failed_claim_keeps_the_pod_pending_and_is_retried(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry", retry_backoff_s=0.0)
     async with serve_plugin(
         socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]
@@ -137,7 +118,7 @@ async def test_failed_claim_keeps_the_pod_pending_and_is_retried(socket_root: Pa
 
 
 async def test_failed_prepare_backs_off_and_is_unprepared_when_the_pod_goes(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry", retry_backoff_s=3600.0)
     async with serve_plugin(
         socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]
@@ -153,7 +134,7 @@ async def test_failed_prepare_backs_off_and_is_unprepared_when_the_pod_goes(sock
 
 
 async def test_pod_waits_for_its_driver_to_register(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry")
     kubelet.register_node()
     add_slice(store, NODE)
@@ -166,7 +147,7 @@ async def test_pod_waits_for_its_driver_to_register(socket_root: Path) -> None:
 
 
 async def test_background_loop_runs_a_pod_to_ready(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry", tick_s=0.05)
     await kubelet.start()
     try:
@@ -194,7 +175,7 @@ async def test_registers_the_cdctl_plugins_registration_server(socket_root: Path
     server = Server([Registration(str(endpoint), lambda: registered.append(True))])
     await server.start(path=str(registration_socket(registry)))
     try:
-        kubelet = SimKubelet(_cluster(), NODE, registry)
+        kubelet = SimKubelet(claim_cluster(), NODE, registry)
         await kubelet.plugins.scan()
     finally:
         server.close()
@@ -205,7 +186,7 @@ async def test_registers_the_cdctl_plugins_registration_server(socket_root: Path
 
 
 async def test_slices_of_a_deregistered_driver_are_wiped_after_the_delay(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry", slice_wipe_delay_s=0.0)
     kubelet.register_node()
     async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
@@ -224,7 +205,7 @@ async def test_slices_of_a_deregistered_driver_are_wiped_after_the_delay(socket_
 
 
 async def test_a_plugin_that_comes_back_in_time_keeps_its_slices(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry", slice_wipe_delay_s=3600.0)
     kubelet.register_node()
     async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
@@ -239,7 +220,7 @@ async def test_a_plugin_that_comes_back_in_time_keeps_its_slices(socket_root: Pa
 async def test_a_waiting_prepare_does_not_hold_back_the_other_pods_of_the_node(socket_root: Path) -> None:
     """Like the kubelet's pod workers: a channel claim waiting for its node's daemon must not keep that
     daemon's pod from being prepared and marked Ready."""
-    store = _cluster()
+    store = claim_cluster()
     add_template(store, "daemon-tmpl", device_class=DAEMON_CLASS, request="daemon")
     kubelet = SimKubelet(store, NODE, socket_root / "registry", tick_s=0.05)
     kubelet.register_node()  # wipes the node's slices, as at kubelet start: publish after it
@@ -280,7 +261,7 @@ async def _eventually(condition: Any, timeout_s: float = 20.0) -> None:
 
 
 async def test_stop_ends_the_kubelet_while_the_cluster_is_busy(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry", tick_s=0.001)
     await kubelet.start()
     nodes = store.type_of("", "nodes")
@@ -310,7 +291,7 @@ async def test_stop_ends_the_kubelet_while_the_cluster_is_busy(socket_root: Path
 async def test_the_running_kubelet_wakes_for_its_own_node_not_for_the_rest_of_the_cluster(
     socket_root: Path,
 ) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry", tick_s=30.0)
     passes = 0
     sync = kubelet.sync
@@ -355,7 +336,7 @@ async def test_a_restarted_kubelet_prepares_its_running_pods_again_and_checks_th
 ) -> None:
     """The real kubelet calls NodePrepareResources again, from its checkpoint, for the claims of pods still
     running; their CDI devices must then resolve on the node, or the pod's containers cannot start again."""
-    store = _cluster()
+    store = claim_cluster()
     cdi_dir = socket_root / "cdi"
     kubelet = SimKubelet(store, NODE, socket_root / "registry", cdi_dirs=[cdi_dir], retry_backoff_s=0.0)
     kubelet.register_node()

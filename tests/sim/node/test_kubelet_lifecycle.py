@@ -5,12 +5,8 @@ deleted meanwhile are unprepared by the DRA manager's reconcile, not at once."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.controllers.allocator import Allocator
@@ -18,23 +14,10 @@ from cdctl.sim.controllers.claimtemplates import ClaimTemplateController
 from cdctl.sim.node.kubelet import SimKubelet
 from cdctl.sim.node.noderegistration import NODE_LEASE_NAMESPACE
 from tests.sim.fakeplugin import serve_plugin
-from tests.sim.standins import DAEMON_CLASS, DRIVER, add_classes, add_pod, add_slice, add_template, get
+from tests.sim.node.conftest import claim_cluster
+from tests.sim.standins import DAEMON_CLASS, DRIVER, add_pod, add_slice, add_template, get
 
 NODE = "n1"
-
-
-@pytest.fixture
-def socket_root() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="cdsim-", dir="/tmp"))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _cluster() -> ObjectStore:
-    store = ObjectStore()
-    add_classes(store)
-    add_template(store, "tmpl")
-    return store
 
 
 async def _until(condition: Callable[[], bool]) -> None:
@@ -53,7 +36,7 @@ def _ready(store: ObjectStore, name: str) -> str:
 def test_registration_renews_the_node_lease_owned_by_the_node_and_keeps_allocatable(
     socket_root: Path,
 ) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry")
     kubelet.register_node()
     nodes = store.type_of("", "nodes")
@@ -73,7 +56,7 @@ def test_registration_renews_the_node_lease_owned_by_the_node_and_keeps_allocata
 
 
 async def test_a_pod_marked_not_ready_by_someone_else_is_written_back_ready(socket_root: Path) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry")
     kubelet.register_node()
     add_slice(store, NODE)
@@ -97,7 +80,7 @@ async def test_a_pod_marked_not_ready_by_someone_else_is_written_back_ready(sock
 async def test_claims_of_pods_deleted_while_the_node_was_down_wait_for_the_dra_reconcile(
     socket_root: Path,
 ) -> None:
-    store = _cluster()
+    store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry", dra_reconcile_s=3600)
     kubelet.register_node()
     add_slice(store, NODE)
@@ -130,7 +113,7 @@ async def test_a_re_prepare_that_waits_after_a_restart_does_not_hold_back_other_
 ) -> None:
     """As the kubelet's pod workers do, each running pod is prepared again on its own: one whose plugin call
     waits (its claim's prepare is held) does not keep another pod, deleted meanwhile, from being torn down."""
-    store = _cluster()
+    store = claim_cluster()
     add_template(store, "daemon-tmpl", device_class=DAEMON_CLASS, request="daemon")
     kubelet = SimKubelet(store, NODE, socket_root / "registry")
     kubelet.register_node()

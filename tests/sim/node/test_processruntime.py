@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +56,6 @@ def test_container_env_resolves_field_references() -> None:
         ]
     }
     assert container_env(pod, container) == {"PLAIN": "x", "NODE_NAME": "n1", "POD_IP": "10.0.0.5"}
-
-
-@pytest.fixture
-def socket_root() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="cdsim-", dir="/tmp"))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def _worker_pod(store: ObjectStore, marker: Path, dump: Path) -> dict[str, Any]:
