@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import sys
 import time
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+
+from cdctl.sim.rack.components import terminate
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 REPO = Path(__file__).resolve().parent.parent  # where `-m bench.profiled` and `bench.fromsource` load from
@@ -170,12 +171,4 @@ class ControllerProcess:
             raise RuntimeError(f"controller exited with {self.process.returncode}: {self.last_line()}")
 
     async def stop(self) -> None:
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.process.wait(), timeout=STOP_GRACE_S)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-                await self.process.wait()
+        await terminate(self.process, STOP_GRACE_S)

@@ -83,6 +83,19 @@ def plugin_command(
     ]  # fmt: skip
 
 
+async def terminate(process: asyncio.subprocess.Process | ForkedProcess, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`; returns once the process is reaped."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), timeout=grace_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+    await process.wait()
+
+
 @dataclass
 class Component:
     name: str
@@ -120,12 +133,4 @@ class Component:
         await self.process.wait()
 
     async def stop(self) -> None:
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.process.wait(), timeout=STOP_GRACE_S)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
-        await self.process.wait()
+        await terminate(self.process, STOP_GRACE_S)
