@@ -29,7 +29,7 @@ def version_info() -> dict[str, object]:
 
     return {
         "cdctl": __version__,
-        "event_log_schema": len(load_migrations()),
+        "event_log_schema": load_migrations()[-1].number,
         "collected_file_schema": COLLECTED_SCHEMA,
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
