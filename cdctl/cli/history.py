@@ -349,7 +349,7 @@ def _verify_document(db: Path, report: VerifyReport, keyed: bool, heads: int) ->
     source = {
         "source": str(db), "ok": report.ok, "events": report.events, "keyed": keyed,
         "heads_held": heads if report.ok else 0, "first_bad_position": report.first_bad_position,
-        "problems": report.problems, "notes": report.notes,
+        "problems": report.problems, "notes": report.notes, "runs": 1,
         "horizon": None if horizon is None else {
             "position": horizon.position, "recorded_at": horizon.recorded_at, "pending": horizon.pending,
         },

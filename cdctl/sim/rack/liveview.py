@@ -20,6 +20,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cdctl.invocation import cdctl_command, on_path_hint
 from cdctl.sim.rack.launch import Rack
 from cdctl.sim.rack.scenario import Progress, ScenarioReport
 
@@ -151,9 +152,17 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
     at = report.formed_at.isoformat(timespec="seconds") if report.formed_at else "15m"
     query = "SELECT name, node, kind, state, requested_at, prepared_at, unprepared_at FROM claim_lifecycle"
     lines.append(Text("explore them:", style="bold"))
-    lines.append(Text(f"  cdctl events --db {shlex.quote(str(rack.controller_db))} --stream 'domain/*'"))
-    lines.append(Text(f"  cdctl sql --db {shlex.quote(str(first_plugin))} {shlex.quote(query)}"))
-    lines.append(Text(f"  cdctl replay --db {shlex.quote(str(first_plugin))} --at {at}"))
+    cdctl = cdctl_command()
+    for command in (
+        f"{cdctl} events --db {shlex.quote(str(rack.controller_db))} --stream 'domain/*'",
+        f"{cdctl} sql --db {shlex.quote(str(first_plugin))} {shlex.quote(query)}",
+        f"{cdctl} replay --db {shlex.quote(str(first_plugin))} --at {at}",
+    ):
+        # never wrapped: a command copied from the terminal must run as printed
+        lines.append(Text(f"  {command}", no_wrap=True, overflow="ignore"))
+    hint = on_path_hint()
+    if hint:
+        lines.append(Text(f"  {hint}"))
     if report.ok:
         lines.append(
             Text(
