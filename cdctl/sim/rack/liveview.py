@@ -149,7 +149,7 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
         lines.append(Text(f"  IMEX daemons ({len(daemon_logs)}): {pattern} ({kept})"))
     lines.append(Text(f"  process logs: {rack.logs_dir}"))
     first_plugin = plugin_logs[0] if plugin_logs else rack.controller_db
-    at = report.formed_at.isoformat(timespec="seconds") if report.formed_at else "15m"
+    at = report.formed_at.isoformat() if report.formed_at else "15m"  # to the microsecond: the formed state
     query = "SELECT name, node, kind, state, requested_at, prepared_at, unprepared_at FROM claim_lifecycle"
     lines.append(Text("explore them:", style="bold"))
     cdctl = cdctl_command()
@@ -158,8 +158,7 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
         f"{cdctl} sql --db {shlex.quote(str(first_plugin))} {shlex.quote(query)}",
         f"{cdctl} replay --db {shlex.quote(str(first_plugin))} --at {at}",
     ):
-        # never wrapped: a command copied from the terminal must run as printed
-        lines.append(Text(f"  {command}", no_wrap=True, overflow="ignore"))
+        lines.append(Text(f"  {command}"))
     hint = on_path_hint()
     if hint:
         lines.append(Text(f"  {hint}"))

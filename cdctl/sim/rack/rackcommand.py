@@ -85,7 +85,7 @@ def run_rack_command(directory: Path, nodes: int, racks: int, mode: str, rack_do
         console.print(f"cdctl sim rack: the rack did not start: {failure}", style="red")
         console.print(f"process logs: {rack.logs_dir}")
         return 1
-    console.print(summary(rack, report))
+    console.print(summary(rack, report), soft_wrap=True)  # a command copied from it runs as printed
     if rack_domains:
         command = f"{cdctl_command()} events --db {shlex.quote(str(rack.controller_db))} --stream 'rack/*'"
         console.print(f"rack domain decisions: {command}", soft_wrap=True)
