@@ -260,3 +260,35 @@ def test_the_completion_the_scripts_ask_for_answers(words: str, cword: str, expe
     )  # fmt: skip
     offered = {line.split(",", 1)[1] for line in result.stdout.splitlines()}
     assert result.exit_code == 0 and offered == expected
+
+
+async def test_follow_as_a_table_prints_its_header_once_as_events_arrive(tmp_path: Path) -> None:
+    import asyncio
+    import sys
+
+    from cdctl.domain.events import NewEvent
+    from cdctl.store import SqliteEventStore
+
+    path = tmp_path / "live.db"
+    async with await SqliteEventStore.open(path) as store:
+        await store.append("node/n1", [NewEvent("NodeObserved", {"node": "n1", "ready": True})])
+        follower = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "cdctl", "events", "--db", str(path), "--follow",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert follower.stdout is not None
+            async with asyncio.timeout(30):
+                header = await follower.stdout.readline()
+                first = await follower.stdout.readline()
+                for n in (2, 3):
+                    await store.append("node/n1", [NewEvent("NodeObserved", {"node": f"n{n}"})])
+                    await asyncio.sleep(0.6)  # past one poll: each arrives in its own batch
+                later = [await follower.stdout.readline() for _ in range(2)]
+        finally:
+            follower.terminate()
+            await follower.wait()
+    assert header.decode().split() == ["POSITION", "TIME", "STREAM", "VERSION", "TYPE", "SUMMARY"]
+    assert first.decode().split()[0] == "1" and first.decode().rstrip().endswith("on n1 ready=true")
+    assert [line.decode().split()[0] for line in later] == ["2", "3"]
+    assert all(b"POSITION" not in line for line in later)
