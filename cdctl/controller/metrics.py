@@ -4,7 +4,10 @@
 computed from the view at scrape time, so a deleted domain leaves it without bookkeeping; only the replica
 that leads reports it (`cdctl_leader`, 1 or 0, says which one does). `cdctl_controller_reconcile_total
 {result}`, `cdctl_controller_reconcile_errors_total{error}` and `cdctl_controller_reconcile_duration_seconds`
-come from the work queue's outcomes; `cdctl_controller_queue_depth` is read live. The event log's metrics
+come from the work queue's outcomes; `cdctl_controller_queue_depth` is read live.
+`cdctl_domain_not_ready{namespace, name}` (leader only) is 1 for each domain NotReady now, so an alert can
+name it; `cdctl_controller_domain_formation_seconds` is observed by cdctl.controller.status when a domain
+turns Ready. The event log's metrics
 (cdctl.store.metrics) are added by cdctl.controller.app when the controller has a log file. Every metric is
 listed in docs/metrics.md. Served by cdctl.controller.http; fed by cdctl.controller.manager.
 """
@@ -48,6 +51,17 @@ class _LiveCollector(Collector):
             for status, count in sorted(counts.items()):
                 info.add_metric([status], count)
         yield info
+        not_ready = GaugeMetricFamily(
+            "cdctl_domain_not_ready",
+            "1 for each ComputeDomain NotReady now (absent once Ready): what the NotReady alert reads",
+            labels=["namespace", "name"],
+        )
+        if leading:
+            for state in self.view:
+                cd = state.cd
+                if cd is not None and str(cd.status.get("status") or STATUS_NOT_READY) != STATUS_READY:
+                    not_ready.add_metric([cd.namespace, cd.name], 1)
+        yield not_ready
         depth = GaugeMetricFamily("cdctl_controller_queue_depth", "ComputeDomains waiting to be reconciled")
         depth.add_metric([], self.queue_depth())
         yield depth
@@ -74,6 +88,12 @@ class ControllerMetrics:
             "cdctl_controller_reconcile_duration_seconds",
             "Time one ComputeDomain reconcile took",
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.formation = Histogram(
+            "cdctl_controller_domain_formation_seconds",
+            "Time a ComputeDomain took to turn Ready: from creation, or from when it last turned NotReady",
+            buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600),
             registry=self.registry,
         )
         self.registry.register(_LiveCollector(view, queue_depth, leading))

@@ -6,11 +6,14 @@ is Ready with no nodes, meaning only that the domain was admitted and its worklo
 the controller cannot do what the domain needs (`Blocked`: its workload template's name is taken), the status
 is NotReady with a `Ready=False` condition giving the reason, whatever the daemons say. It is compared
 with the status last observed in the view and written through the status subresource with an update guarded
-by resourceVersion (a conflict retries with the newer object). Called by cdctl.controller.computedomain.
+by resourceVersion (a conflict retries with the newer object). A write that turns the domain Ready reports
+how long it took (from its creation, or from when this controller last turned it NotReady) to `ctx.formed`.
+Called by cdctl.controller.computedomain.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +38,7 @@ JsonObject = dict[str, Any]
 class Status:
     def __init__(self, ctx: ReconcileContext) -> None:
         self.ctx = ctx
+        self._not_ready_since: dict[str, float] = {}  # uid -> when this controller wrote Ready -> NotReady
 
     async def write(
         self,
@@ -64,6 +68,26 @@ class Status:
             desired = {"status": STATUS_NOT_READY, "nodes": [], "conditions": [why.condition()]}
         return await self._write(state, cd, desired, ())
 
+    def _measure(self, state: DomainState, cd: JsonObject, written: str) -> None:
+        """On a turn to Ready, report how long the domain took: from its creation, or from when this
+        controller last saw it turn NotReady."""
+        assert state.cd is not None
+        was_ready = state.cd.status.get("status") == STATUS_READY
+        if written != STATUS_READY:
+            if was_ready:
+                self._not_ready_since[state.uid] = time.time()
+            return
+        if was_ready:
+            return
+        since = self._not_ready_since.pop(state.uid, None)
+        if since is None:
+            created = str(cd.get("metadata", {}).get("creationTimestamp") or "")
+            try:
+                since = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return
+        self.ctx.formed(max(0.0, time.time() - since))
+
     @staticmethod
     def _blocked(state: DomainState, blocked: tuple[str, str] | None) -> Blocked | None:
         if blocked is None or state.cd is None:
@@ -83,6 +107,7 @@ class Status:
         )
         if written is None:
             return False
+        self._measure(state, cd, desired["status"])
         ready = sum(1 for node in nodes if node.status == STATUS_READY)
         await self.ctx.journal.record(
             state.uid, [ComputeDomainStatusChanged(state.uid, desired["status"], len(nodes), ready)]

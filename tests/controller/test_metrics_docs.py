@@ -35,13 +35,15 @@ async def test_the_controller_serves_exactly_the_documented_metrics(tmp_path: Pa
         _, manager = await cluster.start_controller(
             db_path=str(tmp_path / "c.db"), http_endpoint="127.0.0.1:0"
         )
-        cluster.create_domain("train", num_nodes=0)
+        cluster.create_domain("train", num_nodes=0)  # Ready at once: no daemons to wait for
+        cluster.create_domain("waiting", num_nodes=2)
         assert manager.http is not None
         port = manager.http.port
 
         async def reconciled() -> str | None:
             text = await scrape(port)
-            return text if 'cdctl_controller_reconcile_total{result="success"}' in text else None
+            formed = "cdctl_controller_domain_formation_seconds_count 1.0" in text
+            return text if formed and 'cdctl_domain_not_ready{name="waiting"' in text else None
 
         text = await eventually_async(reconciled)
 
@@ -59,4 +61,7 @@ async def test_the_controller_serves_exactly_the_documented_metrics(tmp_path: Pa
     assert value(text, "cdctl_event_log_append_duration_seconds_count") > 0
     assert 0 <= value(text, 'cdctl_projection_lag_events{projection="domain_history"}') <= head
     assert value(text, 'nvidia_dra_compute_domain_info{status="Ready"}') == 1
+    assert value(text, "cdctl_controller_domain_formation_seconds_count") == 1
+    assert 'cdctl_domain_not_ready{name="waiting",namespace="team-a"} 1.0' in text
+    assert 'cdctl_domain_not_ready{name="train"' not in text
     assert value(text, "process_resident_memory_bytes") > 0
