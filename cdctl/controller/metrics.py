@@ -54,7 +54,7 @@ class _LiveCollector(Collector):
         not_ready = GaugeMetricFamily(
             "cdctl_domain_not_ready",
             "1 for each ComputeDomain NotReady now (absent once Ready): what the NotReady alert reads",
-            labels=["namespace", "name"],
+            labels=["domain_namespace", "domain_name"],
         )
         if leading:
             for state in self.view:

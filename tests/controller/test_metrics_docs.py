@@ -43,7 +43,7 @@ async def test_the_controller_serves_exactly_the_documented_metrics(tmp_path: Pa
         async def reconciled() -> str | None:
             text = await scrape(port)
             formed = "cdctl_controller_domain_formation_seconds_count 1.0" in text
-            return text if formed and 'cdctl_domain_not_ready{name="waiting"' in text else None
+            return text if formed and 'cdctl_domain_not_ready{domain_name="waiting"' in text else None
 
         text = await eventually_async(reconciled)
 
@@ -62,6 +62,6 @@ async def test_the_controller_serves_exactly_the_documented_metrics(tmp_path: Pa
     assert 0 <= value(text, 'cdctl_projection_lag_events{projection="domain_history"}') <= head
     assert value(text, 'nvidia_dra_compute_domain_info{status="Ready"}') == 1
     assert value(text, "cdctl_controller_domain_formation_seconds_count") == 1
-    assert 'cdctl_domain_not_ready{name="waiting",namespace="team-a"} 1.0' in text
-    assert 'cdctl_domain_not_ready{name="train"' not in text
+    assert 'cdctl_domain_not_ready{domain_name="waiting",domain_namespace="team-a"} 1.0' in text
+    assert 'cdctl_domain_not_ready{domain_name="train"' not in text
     assert value(text, "process_resident_memory_bytes") > 0
