@@ -9,7 +9,9 @@ count is written at most once per `patch_every_s`: a reconcile retried every few
 interval and the count stays exact (written at the next repeat after the interval). An Event that expired
 (the API server keeps them about an hour) is created again with the running count, as client-go does.
 Posting is best effort: a failure is logged and reported (POSTED, AGGREGATED, SUPPRESSED: counted but not
-written yet, or FAILED), never raised. Used by the controller (cdctl.controller.actions, rackdomains).
+written yet, or FAILED), never raised. Used by the controller (cdctl.controller.actions, rackdomains) and
+for the kubelet plugin's Node Events (cdctl.k8s.plugincluster, with `host`, the node, as client-go's
+source.host).
 """
 
 from __future__ import annotations
@@ -52,11 +54,18 @@ def _stamp() -> str:
 
 class EventRecorder:
     def __init__(
-        self, api: KubeApi, component: str, instance: str, *, patch_every_s: float | None = None
+        self,
+        api: KubeApi,
+        component: str,
+        instance: str,
+        *,
+        host: str = "",
+        patch_every_s: float | None = None,
     ) -> None:
         self.api = api
         self.component = component
         self.instance = instance
+        self.source = {"component": component, "host": host} if host else {"component": component}
         self.patch_every_s = PATCH_EVERY_S if patch_every_s is None else patch_every_s
         self._seen: OrderedDict[tuple[str, str, str, str], _Seen] = OrderedDict()
 
@@ -131,7 +140,7 @@ class EventRecorder:
             "count": seen.count,
             "firstTimestamp": seen.first_timestamp,
             "lastTimestamp": stamp,
-            "source": {"component": self.component},
+            "source": self.source,
             "reportingComponent": self.component,
             "reportingInstance": self.instance,
         }

@@ -98,3 +98,14 @@ async def test_an_expired_event_is_posted_again_with_the_running_count(
     assert await recorder.warn(CD, "Conflict", "taken") == POSTED
     [again] = await events(api)
     assert again["count"] == 2 and again["firstTimestamp"] == event["firstTimestamp"]
+
+
+async def test_node_events_name_the_host_and_aggregate_too(served: tuple[ApiServer, KubeApi]) -> None:
+    _, api = served
+    recorder = EventRecorder(api, "compute-domain-kubelet-plugin", "node-a", host="node-a", patch_every_s=0)
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a", "uid": "n-1"}}
+    for _ in range(3):
+        await recorder.warn(node, "NVLinkFabricNotReady", "fabric IN_PROGRESS")
+    [event] = await events(api)  # cluster-scoped objects' Events live in "default"
+    assert event["source"] == {"component": "compute-domain-kubelet-plugin", "host": "node-a"}
+    assert event["count"] == 3 and event["involvedObject"]["kind"] == "Node"
