@@ -16,11 +16,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from cdctl.controller import resourceclaimtemplate
+from cdctl.controller import render, resourceclaimtemplate
 from cdctl.domain.computedomains import (
     LABEL_COMPUTE_DOMAIN,
-    LABEL_TARGET,
-    TARGET_WORKLOAD,
     DomainActionFailed,
     DomainActionSucceeded,
 )
@@ -112,38 +110,12 @@ async def test_a_tenant_template_with_the_domains_labels_cannot_make_it_ready(tm
     async with Cluster(tmp_path) as cluster:
         cd = cluster.create_domain("cd1", template="victim-channel")  # before the controller sees it
         uid = cd["metadata"]["uid"]
-        decoy = {
-            "metadata": {
-                "name": "victim-channel",
-                "labels": {LABEL_COMPUTE_DOMAIN: uid, LABEL_TARGET: TARGET_WORKLOAD},
-            },
-            # Another domain's channel, through the victim's template name.
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {
-                                "name": "channel",
-                                "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"},
-                            }
-                        ],
-                        "config": [
-                            {
-                                "requests": ["channel"],
-                                "opaque": {
-                                    "driver": "compute-domain.nvidia.com",
-                                    "parameters": {
-                                        "apiVersion": "resource.nvidia.com/v1beta1",
-                                        "kind": "ComputeDomainChannelConfig",
-                                        "domainID": "someone-elses-domain",
-                                    },
-                                },
-                            }
-                        ],
-                    }
-                }
-            },
-        }
+        # The template the controller would make, but for another domain's channel, with the domain's labels.
+        decoy = render.workload_claim_template(cd, "v1")
+        decoy["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["domainID"] = (
+            "someone-elses-domain"
+        )
+        del decoy["metadata"]["finalizers"]
         cluster.server.store.create(cluster.type_of(*RCT), USER_NAMESPACE, decoy)
         log = InMemoryEventStore()
         await cluster.start_controller(store=log)

@@ -10,12 +10,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import aiohttp
-
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.k8s.rest import KubeApi
 from cdctl.sim.apiserver.server import ApiServer
-from tests.controller.test_metrics_docs import value
+from tests.controller.test_metrics_docs import scrape, value
 from tests.docs.metricsdocs import documented, documented_for, exposed, exposed_labels
 from tests.plugin.test_app import U, config, seed_claim, serving_plugin
 
@@ -30,11 +28,7 @@ async def test_the_plugin_serves_exactly_the_documented_metrics(env: tuple[ApiSe
         assert resp.claims[claim_uid].error == ""
         assert process.http is not None and process.runner is not None
         await process.runner.catch_up()
-        async with (
-            aiohttp.ClientSession() as http,
-            http.get(f"http://127.0.0.1:{process.http.port}/metrics") as got,
-        ):
-            text = await got.text()
+        text = await scrape(process.http.port)
 
     assert exposed(text) == documented_for("kubelet-plugin")
     for metric in documented():
