@@ -274,7 +274,7 @@ def parse_head(value: str) -> tuple[int, str]:
 )  # fmt: skip
 @click.option(
     "--expect-head", "expect_heads", multiple=True, metavar="POSITION:HASH",
-    help="A head the component published (metrics cdctl_event_log_head); the log must still hold it.",
+    help="A head the component published (metrics cdctl_event_log_head_info); the log must still hold it.",
 )  # fmt: skip
 @output_option
 @guarded

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "controller": ("cdctl.cli.controller", "controller"),
     "kubelet-plugin": ("cdctl.cli.plugin", "kubelet_plugin"),
     "daemon": ("cdctl.cli.daemon", "daemon"),
+    "probe": ("cdctl.cli.probe", "probe_command"),
     "sim": ("cdctl.cli.sim", "sim"),
     "demo": ("cdctl.cli.demo", "demo"),
     "events": ("cdctl.cli.history", "events"),

@@ -34,7 +34,7 @@ from cdctl.store.base import EventStore
 from cdctl.store.export import LogRef
 from cdctl.store.integrity import read_key_file
 from cdctl.store.logserver import LogServer
-from cdctl.store.metrics import EventLogHeadCollector
+from cdctl.store.metrics import EventLogCollector, ProjectionLagCollector
 from cdctl.store.sqlite import SqliteEventStore
 
 log = structlog.get_logger(__name__)
@@ -91,7 +91,10 @@ async def run_controller(
             retention = asyncio.create_task(loop.run(), name="retention")
         manager = ControllerManager(settings, api, store, resource_version)
         if isinstance(store, SqliteEventStore):
-            manager.metrics.registry.register(EventLogHeadCollector(store))
+            manager.metrics.registry.register(EventLogCollector(store))
+            history = manager.journal.history
+            if history is not None:
+                manager.metrics.registry.register(ProjectionLagCollector(store, lambda: history.positions))
         elector = None
         if settings.leader_election.enabled:
             election = settings.leader_election

@@ -79,6 +79,7 @@ class ControllerManager:
             actions=Actions(api, self.journal, self.recorder),
             recorder=self.recorder,
             resource_version=resource_version,
+            formed=self.metrics.formation.observe,
         )
         self.reconciler = ComputeDomainReconciler(self.ctx)
         self.rack_domains = RackDomains(self.ctx) if settings.rack_domains else None

@@ -59,7 +59,7 @@ from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore
 from cdctl.store.integrity import read_key_file
 from cdctl.store.logserver import LogServer
-from cdctl.store.metrics import EventLogHeadCollector
+from cdctl.store.metrics import EventLogCollector, ProjectionLagCollector
 
 log = structlog.get_logger("cdctl.plugin.app")
 
@@ -269,8 +269,10 @@ class PluginProcess:
         )
         log.info("event log opened", path=str(cfg.db_path), chain=self.store.scheme.name,
                  head=self.store.chain_head()[0], checked=self.store.checked_at_open)  # fmt: skip
-        self.metrics.registry.register(EventLogHeadCollector(self.store))
         self.runner = ProjectionRunner(self.store, lifecycle_projections())
+        runner = self.runner
+        self.metrics.registry.register(EventLogCollector(self.store))
+        self.metrics.registry.register(ProjectionLagCollector(self.store, lambda: runner.positions))
         await self.runner.start()
         book = await ClaimBook.load(self.store, cfg.node_name, Actor("kubelet-plugin", node=cfg.node_name))
         invalidated = await book.observe_boot(read_boot_id(cfg.boot_id_path), self.fabric.clique_id)

@@ -155,3 +155,26 @@ resource.k8s.io/v1beta1
 {{- define "cdctl.eventLogKeyDir" -}}
 /etc/cdctl/event-log-key
 {{- end -}}
+
+{{/*
+The controller pods' affinity: controller.affinity, plus (with more than one replica, unless it sets its own)
+a pod anti-affinity on kubernetes.io/hostname, preferred ("soft") or required ("hard"), so that one node's loss
+does not take every replica.
+*/}}
+{{- define "cdctl.controllerAffinity" -}}
+{{- $affinity := deepCopy (.Values.controller.affinity | default dict) -}}
+{{- $mode := .Values.controller.podAntiAffinity -}}
+{{- if and (gt (int .Values.controller.replicas) 1) $mode (not (hasKey $affinity "podAntiAffinity")) -}}
+{{- $selector := include "cdctl.selectorLabels" (dict "root" . "component" "controller") | fromYaml -}}
+{{- $term := dict "labelSelector" (dict "matchLabels" $selector) "topologyKey" "kubernetes.io/hostname" -}}
+{{- if eq $mode "hard" -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- else -}}
+{{- $weighted := dict "weight" 100 "podAffinityTerm" $term -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list $weighted)) -}}
+{{- end -}}
+{{- end -}}
+{{- if $affinity -}}
+{{- toYaml $affinity -}}
+{{- end -}}
+{{- end -}}
