@@ -19,6 +19,7 @@ NOT_METRICS = {
     "cdctl_verify",  # a benchmark's step name
     "cdctl_controller_writes",  # ContextVar names (cdctl.controller.actions)
     "cdctl_controller_pipelined",
+    "cdctl_command",  # a function: how to run cdctl on this machine (cdctl.invocation)
 }
 
 
