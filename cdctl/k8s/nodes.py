@@ -1,4 +1,4 @@
-"""Node access for the kubelet plugin: its UID, the ComputeDomain label, and Kubernetes Events on the Node.
+"""Node access for the kubelet plugin: its UID, the ComputeDomain and GPU clique labels, Events on the Node.
 
 Called by the plugin's cluster adapter (cdctl.k8s.plugincluster) and start-up. The label is decided on the
 plugin's watched copy of the Node when it has one (no request when the label is already right) and written
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from cdctl.api.refs import COMPUTE_DOMAIN_LABEL
+from cdctl.api.refs import COMPUTE_DOMAIN_LABEL, GPU_CLIQUE_LABEL
 from cdctl.domain.errors import RetriableError
 from cdctl.k8s.errors import ConflictError
 from cdctl.k8s.resources import EVENTS, NODES
@@ -92,6 +92,35 @@ async def remove_domain_label(
     """Remove the label only if it names this domain (decided on `known` when given, like add_domain_label).
     Returns the node as last read or written (None when nothing was requested)."""
     return await _write_label(api, node, known, lambda obj: _remove_patch(obj, domain_uid))
+
+
+async def set_gpu_clique_label(api: KubeApi, node: str, clique_id: str) -> JsonObject | None:
+    """Make the node's nvidia.com/gpu.clique label say `clique_id` (removed when "": no clique). Decided on a
+    fresh read and written with its resourceVersion (a concurrent change answers 409 and is read again);
+    returns the node as written, None when the label was already right."""
+
+    def decide(obj: JsonObject) -> JsonObject | None:
+        meta = obj.get("metadata") or {}
+        current = (meta.get("labels") or {}).get(GPU_CLIQUE_LABEL)
+        if current == (clique_id or None):
+            return None
+        return {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "labels": {GPU_CLIQUE_LABEL: clique_id or None},
+            }
+        }
+
+    for _ in range(3):
+        obj = await get_node(api, node)
+        patch = decide(obj)
+        if patch is None:
+            return None
+        try:
+            return await api.merge_patch(NODES.object_path(None, node), patch)
+        except ConflictError:
+            continue
+    raise RetriableError(f"node {node} kept changing while its {GPU_CLIQUE_LABEL} label was set", delay=1.0)
 
 
 async def record_node_event(
