@@ -95,32 +95,18 @@ async def remove_domain_label(
 
 
 async def set_gpu_clique_label(api: KubeApi, node: str, clique_id: str) -> JsonObject | None:
-    """Make the node's nvidia.com/gpu.clique label say `clique_id` (removed when "": no clique). Decided on a
-    fresh read and written with its resourceVersion (a concurrent change answers 409 and is read again);
-    returns the node as written, None when the label was already right."""
+    """Make the node's nvidia.com/gpu.clique label say `clique_id` (removed when "": no clique), decided on a
+    fresh read and written with its resourceVersion (a concurrent change answers 409, a retriable error).
+    Returns the node as last read or written."""
 
     def decide(obj: JsonObject) -> JsonObject | None:
         meta = obj.get("metadata") or {}
-        current = (meta.get("labels") or {}).get(GPU_CLIQUE_LABEL)
-        if current == (clique_id or None):
+        if (meta.get("labels") or {}).get(GPU_CLIQUE_LABEL) == (clique_id or None):
             return None
-        return {
-            "metadata": {
-                "resourceVersion": meta.get("resourceVersion"),
-                "labels": {GPU_CLIQUE_LABEL: clique_id or None},
-            }
-        }
+        labels = {GPU_CLIQUE_LABEL: clique_id or None}
+        return {"metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": labels}}
 
-    for _ in range(3):
-        obj = await get_node(api, node)
-        patch = decide(obj)
-        if patch is None:
-            return None
-        try:
-            return await api.merge_patch(NODES.object_path(None, node), patch)
-        except ConflictError:
-            continue
-    raise RetriableError(f"node {node} kept changing while its {GPU_CLIQUE_LABEL} label was set", delay=1.0)
+    return await _write_label(api, node, None, decide)
 
 
 async def record_node_event(
