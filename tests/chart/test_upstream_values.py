@@ -188,3 +188,19 @@ def test_the_gpu_half_is_accepted_and_ignored(helm_chart: hc.Chart) -> None:
     ]
     gates = parse_feature_gates(env_of(plugin_container(objects))["FEATURE_GATES"])
     assert any("ConsumableShares=true belongs to the GPU driver" in note for note in gates.ignored)
+
+
+def test_the_simulated_cluster_reads_the_go_charts_names_as_helm_does(helm_chart: hc.Chart) -> None:
+    values = with_changes(
+        kubeletPlugin__metrics__computeDomainHttpEndpoint=":9091",
+        kubeletPlugin__containers__computeDomains__gpuCliqueLabelEnabled=True,
+        **HOST_MANAGED,
+    )
+    assert sim_chart.http_ports(values, chart=CHART_DIR) == {"controller": 8080, "kubelet-plugin": 9091}
+    helm = [o for o in render_objects(helm_chart, values) if o["kind"] == "ValidatingAdmissionPolicy"]
+    sim = [o for o in sim_chart.admission_policies(values, namespace="cdctl-system", chart=CHART_DIR)]
+    sim = [o for o in sim if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert {o["metadata"]["name"] for o in helm} == {o["metadata"]["name"] for o in sim}
+    nodes = next(o for o in sim if o["metadata"]["name"].startswith("kubelet-plugin-nodes"))
+    labels = next(v for v in nodes["spec"]["variables"] if v["name"] == "pluginNodeLabels")
+    assert labels["expression"] == '["nvidia.com/gpu.clique"]'  # host-managed: no ComputeDomain label

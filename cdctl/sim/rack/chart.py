@@ -391,7 +391,13 @@ def collector_service_account(
 def http_ports(values: Mapping[str, Any] | None = None, *, chart: Path | None = None) -> dict[str, int]:
     """The container port of each component's HTTP server (metrics, health, event log)."""
     merged = merged_values(values, chart=_resolve(chart))
+
+    def port(component: Mapping[str, Any], endpoint_key: str) -> int:
+        # templates/_compat.tpl: the Go chart's "<host>:<port>" endpoint when set, else httpPort
+        endpoint = str((component.get("metrics") or {}).get(endpoint_key) or "")
+        return int(endpoint.rpartition(":")[2]) if endpoint else int(component["httpPort"])
+
     return {
-        "controller": int(merged["controller"]["httpPort"]),
-        "kubelet-plugin": int(merged["kubeletPlugin"]["httpPort"]),
+        "controller": port(merged["controller"], "httpEndpoint"),
+        "kubelet-plugin": port(merged["kubeletPlugin"], "computeDomainHttpEndpoint"),
     }
