@@ -60,5 +60,11 @@ def install_default_filter() -> None:
     import structlog
 
     if not structlog.is_configured():
-        processors = structlog.get_config()["processors"]
+        processors = [
+            # structlog's default console renderer prints the frames' locals in tracebacks: not by default
+            structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)
+            if isinstance(p, structlog.dev.ConsoleRenderer)
+            else p
+            for p in structlog.get_config()["processors"]
+        ]
         structlog.configure(processors=[filter_by_verbosity, *processors])

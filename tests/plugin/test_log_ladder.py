@@ -121,3 +121,23 @@ def test_console_tracebacks_show_locals_only_when_asked(
     err = capsys.readouterr().err
     assert "RuntimeError" in err and "boom" in err
     assert ("hunter2-token" in err) is asked
+
+
+def test_a_process_that_never_configures_logging_filters_and_hides_locals(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A short CLI command (or anything importing the Kubernetes client) gets the default rung and plain
+    tracebacks without calling configure_logging."""
+    structlog.reset_defaults()
+    verbosity.install_default_filter()
+    log = structlog.get_logger("t")
+    log.info("a request line", v=verbosity.V_REQUEST)
+    log.info("a decision line", v=verbosity.V_DECISION)
+    try:
+        _fail_with_a_secret_in_scope()
+    except RuntimeError:
+        log.exception("it failed")
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "a decision line" in text and "a request line" not in text
+    assert "boom" in text and "hunter2-token" not in text
