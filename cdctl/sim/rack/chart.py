@@ -143,6 +143,7 @@ def merged_values(values: Mapping[str, Any] | None = None, *, chart: Path | None
         first = errors[0]
         where = "".join(f"/{part}" for part in first.absolute_path)
         raise ChartValuesError(f"values don't meet the chart's schema: at '{where}': {first.message}")
+    _check_imex_mode(merged)
     gates = feature_gates(merged)
     if gates["ComputeDomainCliques"] and not gates["IMEXDaemonsWithDNSNames"]:
         raise ChartValuesError(
@@ -172,6 +173,27 @@ def plugin_node_labels(values: Mapping[str, Any]) -> list[str]:
     """The Node labels the kubelet plugin may write (templates/admission-policies.yaml)."""
     labels = [] if feature_gates(values)["HostManagedIMEX"] else ["resource.nvidia.com/computeDomain"]
     return labels + (["nvidia.com/gpu.clique"] if gpu_clique_label_enabled(values) else [])
+
+
+def _check_imex_mode(values: Mapping[str, Any]) -> None:
+    """templates/upstream-compat.yaml's rules for the two spellings of host-managed IMEX."""
+    mode, configured = imex_mode(values), values.get("featureGates") or {}
+    if (
+        mode
+        and "HostManagedIMEX" in configured
+        and (mode == "hostManaged") != bool(configured["HostManagedIMEX"])
+    ):
+        raise ChartValuesError(
+            f"resources.computeDomains.imex.mode={mode} conflicts with featureGates.HostManagedIMEX: they "
+            "are two spellings of one setting; set only one (see docs/upgrade-from-nvidia.md)"
+        )
+    if mode == "hostManaged" and not (
+        configured.get("HostManagedIMEXDaemon") or configured.get("HostManagedIMEX")
+    ):
+        raise ChartValuesError(
+            "resources.computeDomains.imex.mode=hostManaged requires featureGates.HostManagedIMEXDaemon=true "
+            "(see docs/upgrade-from-nvidia.md)"
+        )
 
 
 def feature_gates(values: Mapping[str, Any]) -> dict[str, bool]:
