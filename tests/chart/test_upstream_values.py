@@ -15,7 +15,8 @@ from helm_python.errors import HelmRenderError
 
 from cdctl.api.gates import parse_feature_gates
 from cdctl.sim.rack import chart as sim_chart
-from tests.chart.conftest import CHART_DIR, env_of, find, one, render_objects
+from tests.chart.conftest import CHART_DIR, NAMESPACE, env_of, find, one, render_objects
+from tests.chart.test_render import NEWEST, _validate_strict
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "upstream" / "values-v0.5.0.yaml"
 DOC = "docs/upgrade-from-nvidia.md"
@@ -204,3 +205,13 @@ def test_the_simulated_cluster_reads_the_go_charts_names_as_helm_does(helm_chart
     nodes = next(o for o in sim if o["metadata"]["name"].startswith("kubelet-plugin-nodes"))
     labels = next(v for v in nodes["spec"]["variables"] if v["name"] == "pluginNodeLabels")
     assert labels["expression"] == '["nvidia.com/gpu.clique"]'  # host-managed: no ComputeDomain label
+
+
+def test_the_go_charts_values_lint_strictly_and_render_valid_objects(
+    helm_chart: hc.Chart, crd_objects: dict[str, dict[str, Any]]
+) -> None:
+    values = with_changes(kubeletPlugin__containers__computeDomains__gpuCliqueLabelEnabled=True)
+    report = hc.lint(CHART_DIR, values, strict=True, namespace=NAMESPACE, kube_version="v1.32.0")
+    assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == []
+    for obj in render_objects(helm_chart, values):
+        _validate_strict(obj, NEWEST, crd_objects)
