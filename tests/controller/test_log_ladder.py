@@ -4,23 +4,14 @@ writes nothing are decisions (level 2), the domain's writes are a state change (
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 
-from cdctl.api import verbosity
 from cdctl.cli.logs import configure_logging
 from tests.controller.harness import DRIVER_NAMESPACE, Cluster, eventually
 
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    yield
-    structlog.reset_defaults()
-    verbosity.set_verbosity(verbosity.DEFAULT_VERBOSITY)
-    verbosity.install_default_filter()
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 async def run_once(tmp_path: Path, level: int) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,12 +36,7 @@ RUNGS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    yield
-    structlog.reset_defaults()
-    verbosity.set_verbosity(verbosity.DEFAULT_VERBOSITY)
-    verbosity.install_default_filter()
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 async def scenario(node: Node, api: KubeApi, level: int) -> None:
