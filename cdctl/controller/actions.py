@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from cdctl.api.verbosity import V_DECISION
 from cdctl.controller.journal import Journal
 from cdctl.controller.observations import PATCHED_FINALIZERS
 from cdctl.domain.computedomains import (
@@ -99,7 +100,7 @@ class Actions:
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
     ) -> DomainActionSucceeded:
         target = f"{namespace}/{name}" if namespace else name
-        log.debug(action, kind=resource.kind, object=target, detail=detail)
+        log.info(action, kind=resource.kind, object=target, detail=detail, v=V_DECISION)
         writes = WRITES.get()
         if writes is not None:
             writes.append(f"{action} {resource.kind} {target}{f' ({detail})' if detail else ''}")

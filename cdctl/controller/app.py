@@ -69,8 +69,8 @@ async def run_controller(
 
     The event log is `settings.db_path` (opened and closed here), or `store` when given (left open).
     """
-    for override in settings.feature_gates.overrides:
-        log.info(override)
+    for note in (*settings.feature_gates.overrides, *settings.feature_gates.ignored):
+        log.info(note)
     log.info("controller manager config", **settings_for_log(settings))
     client = await api_client(settings.kubeconfig)
     own_store: EventStore | None = None

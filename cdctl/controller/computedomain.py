@@ -23,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from cdctl.api.verbosity import V_DECISION
 from cdctl.controller.actions import WRITES
 from cdctl.controller.clique import Cliques
 from cdctl.controller.context import ReconcileContext
@@ -74,6 +75,8 @@ class ComputeDomainReconciler:
                 WRITES.reset(token)
                 if writes:
                     log.info("ComputeDomain reconciled", writes=writes)
+                else:
+                    log.info("ComputeDomain reconciled: nothing to change", v=V_DECISION)
 
     async def _reconcile(
         self, uid: str, state: DomainState, cd_summary: ComputeDomainObserved | None

@@ -1,4 +1,4 @@
-"""Node access for the kubelet plugin: its UID and the ComputeDomain label (its Node Events: plugincluster).
+"""Node access for the kubelet plugin: its UID, the ComputeDomain label and the GPU clique label.
 
 Called by the plugin's cluster adapter (cdctl.k8s.plugincluster) and start-up. The label is decided on the
 plugin's watched copy of the Node when it has one (no request when the label is already right) and written
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cdctl.api.refs import COMPUTE_DOMAIN_LABEL
+from cdctl.api.refs import COMPUTE_DOMAIN_LABEL, GPU_CLIQUE_LABEL
 from cdctl.domain.errors import RetriableError
 from cdctl.k8s.errors import ConflictError
 from cdctl.k8s.resources import NODES
@@ -89,3 +89,18 @@ async def remove_domain_label(
     """Remove the label only if it names this domain (decided on `known` when given, like add_domain_label).
     Returns the node as last read or written (None when nothing was requested)."""
     return await _write_label(api, node, known, lambda obj: _remove_patch(obj, domain_uid))
+
+
+async def set_gpu_clique_label(api: KubeApi, node: str, clique_id: str) -> JsonObject | None:
+    """Make the node's nvidia.com/gpu.clique label say `clique_id` (removed when "": no clique), decided on a
+    fresh read and written with its resourceVersion (a concurrent change answers 409, a retriable error).
+    Returns the node as last read or written."""
+
+    def decide(obj: JsonObject) -> JsonObject | None:
+        meta = obj.get("metadata") or {}
+        if (meta.get("labels") or {}).get(GPU_CLIQUE_LABEL) == (clique_id or None):
+            return None
+        labels = {GPU_CLIQUE_LABEL: clique_id or None}
+        return {"metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": labels}}
+
+    return await _write_label(api, node, None, decide)

@@ -110,7 +110,7 @@ def test_schema_accepts_the_defaults_and_every_known_gate(helm_chart: hc.Chart) 
 @pytest.mark.parametrize(
     ("values", "where"),
     [
-        ({"featureGates": {"DynamicMIG": True}}, "/featureGates"),
+        ({"featureGates": {"NotAGate": True}}, "/featureGates"),
         ({"featureGates": {"HostManagedIMEX": "yes"}}, "/featureGates/HostManagedIMEX"),
         ({"controller": {"replicas": "two"}}, "/controller/replicas"),
         ({"controller": {"leaderElection": {"enabled": "true"}}}, "/controller/leaderElection/enabled"),

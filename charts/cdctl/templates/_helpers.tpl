@@ -72,16 +72,21 @@ compute-domain-daemon-service-account
 
 {{/*
 The effective value ("true"/"false") of one feature gate; call with (dict "root" $ "gate" "HostManagedIMEX").
-HostManagedIMEX forces IMEXDaemonsWithDNSNames and ComputeDomainCliques off, as the components do.
+HostManagedIMEX (spelled either way, "cdctl.hostManagedMode") forces IMEXDaemonsWithDNSNames and
+ComputeDomainCliques off, as the components do.
 */}}
 {{- define "cdctl.gate" -}}
 {{- $defaults := dict "IMEXDaemonsWithDNSNames" true "ComputeDomainCliques" true "CrashOnNVLinkFabricErrors" true "HostManagedIMEX" false -}}
 {{- $gates := .root.Values.featureGates -}}
+{{- $hostManaged := eq (include "cdctl.hostManagedMode" .root) "true" -}}
 {{- $value := index $defaults .gate -}}
 {{- if hasKey $gates .gate -}}
 {{- $value = index $gates .gate -}}
 {{- end -}}
-{{- if and (has .gate (list "IMEXDaemonsWithDNSNames" "ComputeDomainCliques")) (index $gates "HostManagedIMEX") -}}
+{{- if eq .gate "HostManagedIMEX" -}}
+{{- $value = $hostManaged -}}
+{{- end -}}
+{{- if and (has .gate (list "IMEXDaemonsWithDNSNames" "ComputeDomainCliques")) $hostManaged -}}
 {{- $value = false -}}
 {{- end -}}
 {{- ternary "true" "false" $value -}}
@@ -124,7 +129,7 @@ system:serviceaccount:kube-system:resource-claim-controller,system:kube-controll
 {{/* The resource.k8s.io version of DeviceClasses: resourceApiVersion, else the newest the cluster serves. */}}
 {{- define "cdctl.resourceApiVersion" -}}
 {{- if .Values.resourceApiVersion -}}
-{{- printf "resource.k8s.io/%s" .Values.resourceApiVersion -}}
+{{- printf "resource.k8s.io/%s" (.Values.resourceApiVersion | trimPrefix "resource.k8s.io/") -}}
 {{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1" -}}
 resource.k8s.io/v1
 {{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta2" -}}
@@ -136,7 +141,8 @@ resource.k8s.io/v1beta1
 
 {{/* The kubelet plugin's data directory on the host (DRA socket, event log, per-domain IMEX directories). */}}
 {{- define "cdctl.pluginDataDirectory" -}}
-{{- printf "%s/compute-domain.nvidia.com" (trimSuffix "/" .Values.kubeletPluginsDirectoryPath) -}}
+{{- $c := include "cdctl.compat" . | fromYaml -}}
+{{- printf "%s/compute-domain.nvidia.com" (trimSuffix "/" $c.kubeletPluginsDirectoryPath) -}}
 {{- end -}}
 
 {{/* CD_DAEMON_IMAGE_PULL_SECRET_NAMES: the imagePullSecrets names joined by commas. */}}
