@@ -127,7 +127,7 @@ def test_names_that_map_are_read(helm_chart: hc.Chart) -> None:
     )
     assert env_of(controller)["X"] == "1"
     assert controller["ports"][0]["containerPort"] == 9090
-    assert one(objects, "Service")["spec"]["ports"][0]["port"] == 9090
+    assert one(objects, "Service", "cdctl-controller")["spec"]["ports"][0]["port"] == 9090
     statefulset = one(objects, "StatefulSet")["spec"]["template"]
     assert statefulset["metadata"]["annotations"] == {"a": "b"}
     for account in find(objects, "ServiceAccount"):
