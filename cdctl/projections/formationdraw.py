@@ -56,6 +56,7 @@ PHASE_STYLE = {  # phase -> (shape, fill, stroke, legend text)
     "domain": ("bar", "#444444", "#444444", "domain: observed, Ready, deletion seen, torn down"),
 }
 FAST, SLOW = "#222222", "#d62728"
+XMLNS = ' xmlns="http://www.w3.org/2000/svg"'  # a name, never fetched; inline SVG in HTML needs none
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -229,9 +230,10 @@ def _attrs(shape: Shape, hover: bool) -> str:
 
 
 def to_svg(drawing: Drawing, *, standalone: bool = False) -> str:
-    """The drawing as one `<svg>` element (with the XML namespace, so it is also a file of its own)."""
+    """The drawing as one `<svg>` element; `standalone`: a file of its own (the XML namespace, and each
+    mark's event only as its `<title>`)."""
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{drawing.width:.0f}" height="{drawing.height:.0f}"'
+        f'<svg{XMLNS if standalone else ""} width="{drawing.width:.0f}" height="{drawing.height:.0f}"'
         f' viewBox="0 0 {drawing.width:.0f} {drawing.height:.0f}"'
         ' font-family="DejaVu Sans, Arial, sans-serif" role="img">',
         f"<title>{escape(drawing.title)}</title>",
