@@ -24,7 +24,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from cdctl.sim.rack.launch import Rack
+from cdctl.sim.rack.launch import Rack, StartTimings
 from cdctl.sim.rack.scenario import FORMATION_STEPS, Progress, ScenarioReport, formation_target
 
 MAX_ROWS = 36
@@ -156,17 +156,19 @@ def formation_line(report: ScenarioReport, nodes: int) -> Text | None:
     )
 
 
-def steps_table(rack: Rack, report: ScenarioReport) -> Table:
+def steps_table(timings: StartTimings, report: ScenarioReport) -> Table:
     """Start-up, formation and teardown, each step once: its own time, and the time since its phase
     began (the formation phase: since the ComputeDomain was created)."""
     table = Table(title="steps (seconds)", title_justify="left")
     table.add_column("step")
     table.add_column("took", justify="right")
     table.add_column("since the phase began", justify="right")
-    launched = rack.timings.per_step.get("launch processes", 0.0)
-    registered = rack.timings.per_step.get("plugins registered", launched)
+    launched = timings.per_step.get("launch processes", 0.0)
+    registered = timings.per_step.get(
+        "plugins registered", launched
+    )  # since launch: its own step is the rest
     start_up = [
-        ("start cluster, chart objects, GPU labels", rack.timings.cluster_s),
+        ("start cluster, chart objects, GPU labels", timings.cluster_s),
         ("launch controller and plugin processes", launched),
         ("plugins registered with ResourceSlices", registered - launched),
     ]
@@ -191,7 +193,7 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
     headline = formation_line(report, nodes)
     if headline is not None:
         lines.append(headline)
-    lines.append(steps_table(rack, report))
+    lines.append(steps_table(rack.timings, report))
     logs = event_logs(rack)
     plugin_logs = [path for who, path in logs if who.startswith("plugin")]
     daemon_logs = [path for who, path in logs if who.startswith("daemon")]
