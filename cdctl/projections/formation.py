@@ -340,7 +340,7 @@ def _steps(row: Row) -> list[tuple[str, float]]:
 
 def _explain_slowest(view: FormationView) -> None:
     """The node whose worker came last (or, not formed, the one furthest behind) and its step that was
-    furthest above the other nodes' median for that step."""
+    furthest above the other nodes' median for that step, and its longest step."""
     view.slowest = view.why = ""
     if not view.nodes:
         return
@@ -357,16 +357,18 @@ def _explain_slowest(view: FormationView) -> None:
     steps = _steps(slowest)
     others = {name: [s for r in view.nodes if r is not slowest for n, s in _steps(r) if n == name]
               for name, _ in steps}  # fmt: skip
+
+    def median(step: str) -> str:
+        return f" (the other nodes' median {statistics.median(others[step]):.2f} s)" if others[step] else ""
+
     worst = max(steps, key=lambda s: s[1] - statistics.median(others[s[0]] or [0.0]), default=None)
+    longest = max(steps, key=lambda s: s[1], default=None)
     worker = slowest.first("worker")
     said = [f"worker prepared at {worker.offset_s:.2f} s" if worker else "no worker prepared"]
-    if worst is not None:
-        median = (
-            f"; the other nodes' median {statistics.median(others[worst[0]]):.2f} s"
-            if others[worst[0]]
-            else ""
-        )
-        said.append(f"its longest wait: {worst[0]} took {worst[1]:.2f} s{median}")
+    if longest is not None:
+        said.append(f"its longest step: {longest[0]}, {longest[1]:.2f} s{median(longest[0])}")
+    if worst is not None and worst != longest:
+        said.append(f"furthest behind the others: {worst[0]}, {worst[1]:.2f} s{median(worst[0])}")
     if slowest.retries:
         reasons = sorted({m.detail or m.label for m in slowest.retries})
         said.append(

@@ -13,6 +13,7 @@ page, commands to explore them, and the verdict. Used by cdctl.sim.rack.rackcomm
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import time
 from collections.abc import Sequence
@@ -149,6 +150,8 @@ def formation_line(report: ScenarioReport, nodes: int) -> Text | None:
         size, limit = target
         verdict = "met" if report.formation_s < limit else "MISSED"
         beside = f" (target for {size} nodes: < {limit:g} s, {verdict})"
+    if report.load_average is not None:
+        beside += f" at load average {report.load_average:.2f} on {os.cpu_count()} cores"
     return Text(
         f"formation: {report.formation_s:.2f} s{beside}: ComputeDomain created -> the last of {nodes}"
         " workers Running with channel0",

@@ -16,6 +16,7 @@ Used by `cdctl sim rack`, the integration tests and the benchmark.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ class ScenarioReport:
     teardown_s: float | None = None
     domain_uids: dict[str, str] = field(default_factory=dict)
     formed_at: datetime | None = None
+    load_average: float | None = None  # the 1-minute load average when the domain formed
     problems: list[str] = field(default_factory=list)
     timelines: Timelines | None = None  # what `cdctl sim rack` drew at the end (cdctl.sim.rack.timelines)
 
@@ -266,6 +268,7 @@ class _Runner:
         self.report.formation_s = max(formed.values()) - created_at
         self.report.formation_by_domain = {name: formed[name] - created[name] for name in formed}
         self.report.formed_at = datetime.now(UTC)
+        self.report.load_average = os.getloadavg()[0]
 
     async def tear_down(self) -> None:
         began = time.perf_counter()

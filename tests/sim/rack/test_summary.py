@@ -75,3 +75,8 @@ def test_a_rack_is_held_to_the_target_of_the_next_size_up() -> None:
     assert formation_target(18) == (18, 3.0)
     assert formation_target(36) == (144, 15.0)
     assert formation_target(145) is None
+
+
+def test_the_figure_says_the_load_it_was_taken_at() -> None:
+    text = _text(formation_line(ScenarioReport(formation_s=5.9, load_average=11.64), 18) or "")
+    assert "formation: 5.90 s (target for 18 nodes: < 3 s, MISSED) at load average 11.64 on" in text
