@@ -151,6 +151,12 @@ def _text(line: Line) -> str:
 
 
 def _node_of(line: Line) -> str:
+    """The node an event is about. In a collected file a plugin's or daemon's event is its source's node
+    (the collector took it from the pod's node, not from what the log says: a compromised daemon cannot
+    put marks on another node's row); elsewhere what the event names, then its actor's node."""
+    component, _, rest = line.source.partition("/")
+    if component in ("kubelet-plugin", "daemon") and rest:
+        return rest.split("/")[0].split("#")[0]
     data, metadata = line.event.data, line.event.metadata
     for value in (data.get("node"), data.get("node_name")):
         if isinstance(value, str) and value:
@@ -165,8 +171,9 @@ class _Fold:
 
     def __init__(self, domain_uid: str) -> None:
         self.uid = domain_uid
-        self.claim_kinds: dict[str, str] = {}  # claim uid -> channel | daemon
-        self.claim_nodes: dict[str, str] = {}
+        # (source, claim uid) -> channel | daemon, and its node: one source's events never relabel another's
+        self.claim_kinds: dict[tuple[str, str], str] = {}
+        self.claim_nodes: dict[tuple[str, str], str] = {}
         self.rows: dict[str, Row] = {}
         self.domain = Row(DOMAIN_ROW)
         self.name = ""
@@ -240,13 +247,13 @@ class _Fold:
 
     # ---- the plugins -------------------------------------------------------------------------------------
     def _claim(self, line: Line, data: dict[str, Any]) -> tuple[str, str]:
-        uid = str(data.get("claim_uid", ""))
-        return self.claim_kinds.get(uid, "channel"), self.claim_nodes.get(uid) or _node_of(line)
+        key = (line.source, str(data.get("claim_uid", "")))
+        return self.claim_kinds.get(key, "channel"), self.claim_nodes.get(key) or _node_of(line)
 
     def _on_ClaimPrepareStarted(self, line: Line, data: dict[str, Any]) -> None:
-        uid = str(data.get("claim_uid", ""))
-        self.claim_kinds[uid] = str(data.get("kind") or "channel")
-        self.claim_nodes[uid] = _node_of(line)
+        key = (line.source, str(data.get("claim_uid", "")))
+        self.claim_kinds[key] = str(data.get("kind") or "channel")
+        self.claim_nodes[key] = _node_of(line)
 
     def _on_ClaimPrepareCompleted(self, line: Line, data: dict[str, Any]) -> None:
         kind, node = self._claim(line, data)

@@ -76,7 +76,9 @@ def page(view: FormationView) -> str:
         f'<p class="slow">{escape(line)}</p>' if line.startswith("slowest node") else f"<p>{escape(line)}</p>"
         for line in summary[1:]
     )
-    nodes = json.dumps([row.name for row in view.nodes]).replace("</", "<\\/")
+    # JSON inside <script>: no "<", ">" or "&" from a name may reach the HTML parser
+    nodes = json.dumps([row.name for row in view.nodes])
+    nodes = nodes.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -169,3 +170,27 @@ def test_chromium_draws_every_node(log: Path, tmp_path: Path) -> None:
     page = Page()
     page.feed(dom)
     assert page.rows == NODES
+
+
+def test_names_and_data_from_a_log_cannot_inject_markup_into_the_page(tmp_path: Path) -> None:
+    """A compromised daemon or plugin writes what it likes into its log; the page shows it as text."""
+    from cdctl.domain.events import RecordedEvent
+    from cdctl.projections.formation import formation_view
+    from cdctl.projections.formationpage import page
+    from cdctl.projections.timeline import Line
+
+    evil = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
+    uid = "5a0f2a55-1111-4222-8333-444455556666"
+    events = [
+        RecordedEvent(1, f"domain/{uid}", 1, "ComputeDomainObserved", 1,
+                      {"uid": uid, "namespace": "ns", "name": evil, "change": "ADDED"}, {},
+                      datetime(2026, 1, 1, tzinfo=UTC), "0" * 64),
+        RecordedEvent(2, f"node/{evil}", 1, "ImexDaemonStarted", 1,
+                      {"node": evil, "domain_uid": uid, "pod_name": "</script><script>alert(3)</script>"}, {},
+                      datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC), "0" * 64),
+    ]  # fmt: skip
+    text = page(formation_view([Line("", e) for e in events], uid, "cd"))
+    parsed = Page()
+    parsed.feed(text)
+    assert parsed.rows == [evil]  # the name, as text
+    assert text.count("<script") == 2 and "<img" not in text and "alert(3)</script>" not in text

@@ -183,3 +183,31 @@ def test_without_the_controller_times_count_from_the_first_event() -> None:
     assert not view.origin_is_creation
     assert view.formation_s == pytest.approx(0.75)  # the first event is the worker's Prepare at 0.25 s
     assert "the first event in this file" in view.summary_lines()[1]
+
+
+def test_a_compromised_daemon_cannot_put_marks_on_another_nodes_row() -> None:
+    """In a collected file a daemon's events belong to the node its source was collected from."""
+    log = Log()
+    _domain(log)
+    log.add(
+        0.5,
+        "node/n1",
+        "ImexDaemonStarted",
+        {"node": "n1", "domain_uid": UID},
+        "n1",
+        source=f"daemon/n1/{UID}",
+    )
+    # n2's daemon says it is n1, and that n1's IMEX crashed
+    log.add(
+        0.6,
+        "node/n1",
+        "ImexDaemonStarted",
+        {"node": "n1", "domain_uid": UID},
+        "n1",
+        source=f"daemon/n2/{UID}",
+    )
+    log.add(0.7, "node/n1", "ImexExited", {"node": "n1", "expected": False}, "n1", source=f"daemon/n2/{UID}")
+    view = formation_view(log.lines, UID, "cd")
+    rows = {r.name: r for r in view.nodes}
+    assert [m.key for m in rows["n1"].marks] == ["daemon-started"]
+    assert [m.key for m in rows["n2"].marks] == ["daemon-started", "imex-exited"]
