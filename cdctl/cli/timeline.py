@@ -2,7 +2,7 @@
 
 Reads any event log or collected file (`--db`, as the history commands), resolves SUBJECT as `cdctl
 history` does (computedomain/NAMESPACE/NAME, resourceclaim/NAMESPACE/NAME, domain/<uid>, claim/<uid>, a
-bare uid; cdctl.projections.formation), prints the summary and writes `-o FILE`: .html (a self-contained
+bare uid; cdctl.projections.formationload), prints the summary and writes `-o FILE`: .html (a self-contained
 page), .svg or .png (cdctl.projections.formationpage). Exit codes as the history commands': 2 bad input
 (naming SUBJECT or -o), 3 a file that is not an event log, 75 a locked one. Thin: flags -> projections.
 """
@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 
 from cdctl.cli.errors import guarded, run
-from cdctl.projections.formation import FormationView, load_view
+from cdctl.projections.formation import FormationView
+from cdctl.projections.formationload import load_view
 from cdctl.projections.formationpage import FORMATS, check_output, write
 from cdctl.projections.timeline import EventSource
 from cdctl.store.collected import CollectedFile, kind_of

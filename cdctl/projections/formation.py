@@ -7,12 +7,10 @@ clique, daemon pod Ready, worker claim prepared), the teardown (worker unprepare
 daemon claim unprepared, label removed), and the retries and failures on the way, each mark with the event
 behind it. A `domain` row holds what concerns the domain as a whole (observed, Ready, deletion, torn
 down, the controller's failed actions). The summary: formation time (first seen by the controller ->
-the last node's worker prepared), the slowest node and why (its step furthest above the other nodes'
-median). A milestone a file does not hold (a plugin's own log has no controller events) is absent, and
-`missing` says which. `load_view(events, subject)` resolves what `cdctl timeline` is given
-(computedomain/NS/NAME, resourceclaim/NS/NAME, domain/<uid>, claim/<uid> or a bare uid) and builds the view;
-a claim's view is its domain's, narrowed to the claim's node. Pure fold; the loading reads through
-`EventSource`. Used by cdctl.cli.timeline and cdctl.sim.rack (drawn by cdctl.projections.formationpage).
+the last node's worker prepared), the slowest node and why (its longest step, and its step furthest above
+the other nodes' median). A milestone a file does not hold (a plugin's own log has no controller events) is
+absent, and `missing` says which. Pure fold; cdctl.projections.formationload reads the lines and
+`narrow`s a claim's view to its node. Drawn by cdctl.projections.formationpage.
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cdctl.domain.errors import InvalidInput
-from cdctl.projections.timeline import EventSource, Line, parse_subject, resolve_uid
+from cdctl.projections.timeline import Line
 
 COMMAND = "cdctl timeline"
 DOMAIN_ROW = "domain"
@@ -150,7 +147,7 @@ def _text(line: Line) -> str:
     )
 
 
-def _node_of(line: Line) -> str:
+def node_of(line: Line) -> str:
     """The node an event is about. In a collected file a plugin's or daemon's event is its source's node
     (the collector took it from the pod's node, not from what the log says: a compromised daemon cannot
     put marks on another node's row); elsewhere what the event names, then its actor's node."""
@@ -248,12 +245,12 @@ class _Fold:
     # ---- the plugins -------------------------------------------------------------------------------------
     def _claim(self, line: Line, data: dict[str, Any]) -> tuple[str, str]:
         key = (line.source, str(data.get("claim_uid", "")))
-        return self.claim_kinds.get(key, "channel"), self.claim_nodes.get(key) or _node_of(line)
+        return self.claim_kinds.get(key, "channel"), self.claim_nodes.get(key) or node_of(line)
 
     def _on_ClaimPrepareStarted(self, line: Line, data: dict[str, Any]) -> None:
         key = (line.source, str(data.get("claim_uid", "")))
         self.claim_kinds[key] = str(data.get("kind") or "channel")
-        self.claim_nodes[key] = _node_of(line)
+        self.claim_nodes[key] = node_of(line)
 
     def _on_ClaimPrepareCompleted(self, line: Line, data: dict[str, Any]) -> None:
         kind, node = self._claim(line, data)
@@ -277,22 +274,20 @@ class _Fold:
 
     # ---- the daemons -------------------------------------------------------------------------------------
     def _on_ImexDaemonStarted(self, line: Line, data: dict[str, Any]) -> None:
-        self.mark(_node_of(line), "daemon-started", "formation", line, detail=str(data.get("pod_name", "")))
+        self.mark(node_of(line), "daemon-started", "formation", line, detail=str(data.get("pod_name", "")))
 
     def _on_ImexStarted(self, line: Line, data: dict[str, Any]) -> None:
         if int(data.get("attempt") or 1) > 1:
-            self.mark(
-                _node_of(line), "imex-restart", "retry", line, "IMEX restarted", str(data.get("reason"))
-            )
+            self.mark(node_of(line), "imex-restart", "retry", line, "IMEX restarted", str(data.get("reason")))
 
     def _on_ImexExited(self, line: Line, data: dict[str, Any]) -> None:
         if not data.get("expected"):
             detail = f"exit {data.get('exit_code')} signal {data.get('signal')}: {data.get('reason')}"
-            self.mark(_node_of(line), "imex-exited", "failure", line, "IMEX exited", detail)
+            self.mark(node_of(line), "imex-exited", "failure", line, "IMEX exited", detail)
 
     def _on_ImexDaemonStopped(self, line: Line, data: dict[str, Any]) -> None:
         phase = "failure" if data.get("error") else "teardown"
-        self.mark(_node_of(line), "daemon-stopped", phase, line, detail=str(data.get("reason", "")))
+        self.mark(node_of(line), "daemon-stopped", phase, line, detail=str(data.get("reason", "")))
 
 
 def formation_view(lines: Sequence[Line], domain_uid: str, subject: str) -> FormationView:
@@ -321,6 +316,12 @@ def formation_view(lines: Sequence[Line], domain_uid: str, subject: str) -> Form
         view.teardown_s = (fold.torn_down - fold.deleting).total_seconds()
     _summarise(view)
     return view
+
+
+def narrow(view: FormationView, nodes: set[str]) -> None:
+    """Keep only `nodes`' rows (a claim's view), the summary made of them."""
+    view.nodes = [r for r in view.nodes if r.name in nodes]
+    _summarise(view)
 
 
 def _summarise(view: FormationView) -> None:
@@ -384,49 +385,3 @@ def _explain_slowest(view: FormationView) -> None:
     if slowest.failures:
         said.append(f"{len(slowest.failures)} failure{'s' * (len(slowest.failures) != 1)}")
     view.slowest, view.why = slowest.name, "; ".join(said)
-
-
-# ---- resolving what `cdctl timeline` is given --------------------------------------------------------------
-async def load_view(events: EventSource, subject: str) -> FormationView:
-    """Resolve `subject` to a domain (and for a claim, its node) and build the view."""
-    kind, parts = parse_subject(subject, COMMAND)
-    if kind == "node":
-        raise InvalidInput(
-            COMMAND, "SUBJECT",
-            f"{subject!r}: a timeline is of a computedomain or a resourceclaim (a node's: cdctl history)",
-        )  # fmt: skip
-    claim = ""
-    if kind in ("computedomain", "resourceclaim"):
-        uid = await resolve_uid(events, subject, kind, parts[0], parts[1], COMMAND)
-        claim = uid if kind == "resourceclaim" else ""
-        domain = "" if claim else uid
-    else:
-        head, _, rest = subject.partition("/")
-        if kind == "stream" and head not in ("domain", "claim"):
-            raise InvalidInput(COMMAND, "SUBJECT", f"{subject!r} is not domain/<uid> or claim/<uid>")
-        uid = rest if kind == "stream" else subject
-        claim_lines = await events.lines("stream = ?", [f"claim/{uid}"])
-        claim = uid if head == "claim" or claim_lines else ""
-        domain = "" if claim else uid
-    nodes: set[str] = set()
-    if claim:
-        started = [ln for ln in await events.lines("stream = ?", [f"claim/{claim}"])
-                   if ln.event.type == "ClaimPrepareStarted"]  # fmt: skip
-        if not started:
-            raise InvalidInput(COMMAND, "SUBJECT", f"no Prepare of claim {claim} in {events.where}")
-        domain = str(started[0].event.data.get("domain_uid") or "")
-        nodes = {_node_of(ln) for ln in started}
-        if not domain:
-            raise InvalidInput(COMMAND, "SUBJECT", f"claim {claim} names no ComputeDomain in {events.where}")
-    lines = await events.lines(*events.naming(domain))
-    if not lines:
-        raise InvalidInput(COMMAND, "SUBJECT", f"no events of {subject!r} in {events.where}")
-    view = formation_view(lines, domain, subject)
-    if nodes:
-        view.nodes = [r for r in view.nodes if r.name in nodes]
-        _summarise(view)
-    if not view.nodes:
-        raise InvalidInput(
-            COMMAND, "SUBJECT", f"{subject!r}: no node of it has a milestone in {events.where}"
-        )
-    return view

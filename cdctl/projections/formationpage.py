@@ -5,7 +5,7 @@ no network when viewed: the summary on top, the timeline as inline SVG (cdctl.pr
 its CSS, and a little script that shows the event behind a mark on hover, dims the rows a name filter does
 not match, and says how many of the domain's nodes it drew (`#status`; the browser test reads it). The SVG
 and the PNG carry the summary in the picture, and each mark of the SVG its event as a `<title>`. Used by
-cdctl.cli.timeline and cdctl.sim.rack.rackcommand.
+cdctl.cli.timeline and cdctl.sim.rack.timelines.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Any
 
 from cdctl.collect.run import CollectSettings, collect
 from cdctl.domain.errors import CdctlError
-from cdctl.projections.formation import load_view
+from cdctl.projections.formationload import load_view
 from cdctl.projections.formationpage import write
 from cdctl.projections.timeline import EventSource
 from cdctl.sim.rack.launch import Rack
