@@ -124,8 +124,9 @@ class FormationView:
             waiting = [r.name for r in self.nodes if r.first("worker") is None]
             out.append(f"not formed in this file: {len(waiting)} of {count} without a prepared worker")
         if self.slowest:
-            out.append(f"slowest node: {self.slowest}: {self.why}")
-        retries = sum(len(r.retries) for r in self.nodes)
+            said = "slowest node" if self.formation_s is not None else "the node furthest behind"
+            out.append(f"{said}: {self.slowest}: {self.why}")
+        retries = sum(len(r.retries) for r in [self.domain, *self.nodes])
         failures = sum(len(r.failures) for r in [self.domain, *self.nodes])
         out.append(f"retries: {retries}, failures: {failures}")
         if self.teardown_s is not None:

@@ -73,7 +73,9 @@ def page(view: FormationView) -> str:
     drawing = layout(view, header=False)
     summary = view.summary_lines()
     lines = "\n".join(
-        f'<p class="slow">{escape(line)}</p>' if line.startswith("slowest node") else f"<p>{escape(line)}</p>"
+        f'<p class="slow">{escape(line)}</p>'
+        if line.startswith(("slowest node", "the node furthest behind"))
+        else f"<p>{escape(line)}</p>"
         for line in summary[1:]
     )
     # JSON inside <script>: no "<", ">" or "&" from a name may reach the HTML parser

@@ -172,7 +172,10 @@ def test_a_file_without_the_plugins_says_formation_is_not_in_it() -> None:
     view = formation_view(controller, UID, "cd")
     assert set(view.missing) == {"daemon-claim", "daemon-started", "worker"}
     assert view.formation_s is None
-    assert any("not in this file, which holds no worker Prepare" in line for line in view.summary_lines())
+    lines = view.summary_lines()
+    assert any("not in this file, which holds no worker Prepare" in line for line in lines)
+    assert any(line.startswith("the node furthest behind: n1") for line in lines)
+    assert not any("slowest" in line for line in lines)
 
 
 def test_without_the_controller_times_count_from_the_first_event() -> None:
