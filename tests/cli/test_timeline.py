@@ -13,6 +13,7 @@ import subprocess
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from click.testing import CliRunner
@@ -90,6 +91,7 @@ def test_svg_and_png_carry_the_summary_and_every_node(log: Path, tmp_path: Path)
     assert invoke("timeline", "--db", str(log), DOMAIN, "-o", str(png))[0] == 0
     text = svg.read_text()
     assert text.startswith("<svg xmlns=") and "formation: " in text
+    assert ElementTree.fromstring(text).tag == "{http://www.w3.org/2000/svg}svg"  # well-formed XML
     assert all(f">{node}</text>" in text for node in NODES)
     assert text.count("<title>") > 3 * len(NODES)  # each mark has its event as a hover
     data = png.read_bytes()
