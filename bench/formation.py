@@ -7,11 +7,14 @@ workers, 4 GPUs each, pod affinity on the rack's clique) claims its channel. For
 every worker Running with channel0 in its CDI edits"; teardown is "jobs deleted -> nothing left" (claims
 unprepared, CDI files, labels, DaemonSet, templates, finalizers). Start-up (processes up, plugins registered)
 is reported apart. Writes bench/results/formation.json (with the load average: other work on the same cores
-skews the figures) and draws bench/results/formation.png (seconds vs nodes) with the small PNG writer below
-(no plotting dependency). Targets: 18 nodes < 3 s, 144 nodes < 15 s.
+skews the figures) and draws bench/results/formation.png (seconds vs nodes, with matplotlib: title, axis
+units, a legend for every mark, the targets as red squares and the load average of each size). Targets
+(cdctl.sim.rack.scenario.FORMATION_TARGETS_S, which `cdctl sim rack` prints beside its figure): 18 nodes
+< 3 s, 144 nodes < 15 s.
 
     .venv/bin/python bench/formation.py [--racks 1,2,4,8] [--repeat N] [--quiet-load L] [--merge]
                                         [--mode driver-managed|host-managed]
+    .venv/bin/python bench/formation.py --redraw   # formation.png again from formation.json
 
 `--repeat N` measures each size N times and reports the run with the median formation time (all N
 formation times are kept under `formation_runs_s`): hundreds of processes share two cores, and when each
@@ -30,22 +33,20 @@ import json
 import os
 import platform
 import shutil
-import struct
 import sys
 import tempfile
 import time
-import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cdctl.sim.node.topology import NODES_PER_RACK
 from cdctl.sim.rack.launch import Rack
-from cdctl.sim.rack.scenario import DomainPlan, run_scenario
+from cdctl.sim.rack.scenario import FORMATION_TARGETS_S, DomainPlan, run_scenario
 from cdctl.sim.rack.settings import RackSettings
 
 RESULTS = Path(__file__).parent / "results"
-TARGETS_S = {18: 3.0, 144: 15.0}
+TARGETS_S = FORMATION_TARGETS_S
 
 
 async def measure(racks: int, mode: str) -> dict[str, Any]:
@@ -73,111 +74,76 @@ async def measure(racks: int, mode: str) -> dict[str, Any]:
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
-# ---- a tiny PNG line chart (pure Python + zlib) ------------------------------------------------------------
-_DIGITS = {  # 3x5 bitmaps
-    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
-    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001001001001",
-    "8": "111101111101111", "9": "111101111001111", ".": "000000000000010", "s": "000011110011110",
-    "n": "000110101101101",
-}  # fmt: skip
+# ---- the plot ---------------------------------------------------------------------------------------------
+SERIES = (  # key, label, colour, marker
+    ("formation_s", "formation: domain created -> every worker Running with channel0", "#1f77b4", "o"),
+    ("teardown_s", "teardown: jobs deleted -> nothing left", "#ff7f0e", "o"),
+    ("start_s", "rack start-up: processes up, plugins registered (not formation)", "#7f7f7f", "o"),
+)
 
 
-class Canvas:
-    def __init__(self, width: int, height: int) -> None:
-        self.width, self.height = width, height
-        self.pixels = bytearray(b"\xff" * (width * height * 3))
+def draw(results: list[dict[str, Any]], path: Path, recorded_at: str = "", cpus: int | None = None) -> None:
+    """Seconds vs nodes: one line per measured figure, each repeated run of formation as a faint dot, the
+    targets as red squares, the load average each size was measured at beside its point; title, axis
+    labels with units and a legend that names every mark."""
+    import matplotlib
 
-    def dot(self, x: int, y: int, color: tuple[int, int, int], size: int = 1) -> None:
-        for dx in range(size):
-            for dy in range(size):
-                px, py = x + dx, y + dy
-                if 0 <= px < self.width and 0 <= py < self.height:
-                    offset = (py * self.width + px) * 3
-                    self.pixels[offset : offset + 3] = bytes(color)
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
 
-    def line(
-        self, a: tuple[int, int], b: tuple[int, int], color: tuple[int, int, int], width: int = 2
-    ) -> None:
-        steps = max(abs(b[0] - a[0]), abs(b[1] - a[1]), 1)
-        for i in range(steps + 1):
-            self.dot(
-                round(a[0] + (b[0] - a[0]) * i / steps), round(a[1] + (b[1] - a[1]) * i / steps), color, width
-            )
-
-    def text(
-        self, x: int, y: int, text: str, color: tuple[int, int, int] = (0, 0, 0), scale: int = 2
-    ) -> None:
-        for index, char in enumerate(text):
-            bitmap = _DIGITS.get(char)
-            if bitmap is None:
-                continue
-            for bit, value in enumerate(bitmap):
-                if value == "1":
-                    self.dot(x + index * 4 * scale + (bit % 3) * scale, y + (bit // 3) * scale, color, scale)
-
-    def png(self) -> bytes:
-        rows = b"".join(
-            b"\x00" + bytes(self.pixels[y * self.width * 3 : (y + 1) * self.width * 3])
-            for y in range(self.height)
-        )
-
-        def chunk(kind: bytes, data: bytes) -> bytes:
-            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-        header = struct.pack(">IIBBBBB", self.width, self.height, 8, 2, 0, 0, 0)
-        return (
-            b"\x89PNG\r\n\x1a\n"
-            + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(rows, 9))
-            + chunk(b"IEND", b"")
-        )
-
-
-def draw(results: list[dict[str, Any]], path: Path) -> None:
-    """Seconds (y) vs nodes (x): formation blue, teardown orange, start-up grey, targets red dots."""
-    canvas = Canvas(640, 400)
-    left, right, top, bottom = 70, 610, 20, 350
-    series = {
-        "formation_s": (31, 119, 180),
-        "teardown_s": (255, 127, 14),
-        "start_s": (150, 150, 150),
-    }
     points = [r for r in results if r.get("formation_s") is not None]
-    max_nodes = max([r["nodes"] for r in points] + [18])
-    max_s = max([float(r[k] or 0) for r in points for k in series] + list(TARGETS_S.values()) + [1.0])
-    max_s = float(int(max_s * 1.1) + 1)
-
-    def at(nodes: float, seconds: float) -> tuple[int, int]:
-        return (
-            left + round((right - left) * nodes / max_nodes),
-            bottom - round((bottom - top) * seconds / max_s),
+    figure, axes = plt.subplots(figsize=(9, 5.6), dpi=100)
+    for key, label, colour, marker in SERIES:
+        shown = [r for r in points if r.get(key) is not None]
+        axes.plot(
+            [r["nodes"] for r in shown], [r[key] for r in shown], marker=marker, color=colour, label=label
         )
-
-    canvas.line((left, bottom), (right, bottom), (0, 0, 0), 1)
-    canvas.line((left, bottom), (left, top), (0, 0, 0), 1)
-    for tick in range(5):
-        seconds = max_s * tick / 4
-        x, y = at(0, seconds)
-        canvas.line((x - 4, y), (x, y), (0, 0, 0), 1)
-        canvas.text(8, y - 5, f"{seconds:.0f}s")
+    runs = [(r["nodes"], s) for r in points for s in r.get("formation_runs_s") or [] if s is not None]
+    if runs:
+        axes.scatter(
+            *zip(*runs, strict=True),
+            s=14,
+            color="#1f77b4",
+            alpha=0.35,
+            zorder=3,
+            label="formation, each repeated run (the line: the median run)",
+        )
+    targets = sorted(TARGETS_S.items())
+    axes.scatter(
+        [n for n, _ in targets],
+        [s for _, s in targets],
+        marker="s",
+        s=70,
+        color="#d62728",
+        zorder=4,
+        label="target: formation under " + ", ".join(f"{s:g} s at {n} nodes" for n, s in targets),
+    )
     for r in points:
-        x, _ = at(r["nodes"], 0)
-        canvas.line((x, bottom), (x, bottom + 4), (0, 0, 0), 1)
-        canvas.text(x - 12, bottom + 12, f"{r['nodes']}n")
-    for key, color in series.items():
-        previous = None
-        for r in points:
-            if r.get(key) is None:
-                continue
-            here = at(r["nodes"], float(r[key]))
-            canvas.dot(here[0] - 3, here[1] - 3, color, 7)
-            if previous:
-                canvas.line(previous, here, color)
-            previous = here
-    for nodes, seconds in TARGETS_S.items():
-        x, y = at(nodes, seconds)
-        canvas.dot(x - 4, y - 4, (214, 39, 40), 9)
-    path.write_bytes(canvas.png())
+        axes.annotate(
+            f"load {r.get('load_average_before', '?')}",
+            (r["nodes"], r["formation_s"]),
+            textcoords="offset points",
+            xytext=(6, -14),
+            fontsize=8,
+            color="#555555",
+        )
+    axes.set_xlabel("nodes in the ComputeDomain (18 per rack)")
+    axes.set_ylabel("seconds (wall clock)")
+    axes.set_xticks(sorted({r["nodes"] for r in points} | {n for n, _ in targets}))
+    axes.set_xlim(left=0)
+    axes.set_ylim(bottom=0)
+    axes.grid(True, color="#e0e0e0")
+    where = f"{cpus} CPU cores" if cpus else "this machine"
+    when = f", {recorded_at[:10]}" if recorded_at else ""
+    axes.set_title(
+        f"ComputeDomain formation on the simulated rack (cdctl sim rack){when}\n"
+        f"{where}; 'load N': 1-minute load average before that size's runs",
+        fontsize=11,
+    )
+    axes.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    plt.close(figure)
 
 
 def write(results: list[dict[str, Any]]) -> None:
@@ -193,7 +159,7 @@ def write(results: list[dict[str, Any]]) -> None:
         "results": results,
     }
     (RESULTS / "formation.json").write_text(json.dumps(document, indent=2) + "\n")
-    draw(results, RESULTS / "formation.png")
+    draw(results, RESULTS / "formation.png", document["recorded_at"], os.cpu_count())
     print(f"wrote {RESULTS / 'formation.json'} and {RESULTS / 'formation.png'}", flush=True)
 
 
@@ -222,7 +188,16 @@ def main() -> None:
     parser.add_argument("--merge", action="store_true", help="Keep earlier results of other sizes.")
     parser.add_argument("--repeat", type=int, default=1, help="Runs per size; the median run is reported.")
     parser.add_argument("--quiet-load", type=float, default=0.0, help="Wait for a load average below this.")
+    parser.add_argument(
+        "--redraw", action="store_true", help="Only draw formation.png again from formation.json (no run)."
+    )
     args = parser.parse_args()
+    if args.redraw:
+        document = json.loads((RESULTS / "formation.json").read_text())
+        cpus = (document.get("machine") or {}).get("cpus")
+        draw(document["results"], RESULTS / "formation.png", document.get("recorded_at", ""), cpus)
+        print(f"drew {RESULTS / 'formation.png'} from {RESULTS / 'formation.json'}", flush=True)
+        return
     sizes = [int(r) for r in args.racks.split(",")]
     results: list[dict[str, Any]] = []
     if args.merge and (RESULTS / "formation.json").exists():

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("cdctl.cli.history", "verify"),
     "history": ("cdctl.cli.history", "history"),
     "streams": ("cdctl.cli.history", "streams"),
+    "timeline": ("cdctl.cli.timeline", "timeline"),
     "collect": ("cdctl.cli.collect", "collect_command"),
     "version": ("cdctl.cli.shell", "version"),
     "completion": ("cdctl.cli.shell", "completion"),

@@ -47,12 +47,12 @@ class Candidate:
 class Ambiguous(InvalidInput):
     """A name that had several uids; the message lists them."""
 
-    def __init__(self, subject: str, candidates: Sequence[Candidate]) -> None:
+    def __init__(self, subject: str, candidates: Sequence[Candidate], command: str = "cdctl history") -> None:
         listed = "; ".join(
             f"{c.uid} (seen {c.first_seen[:19]} to {c.last_seen[:19]}, {c.events} events)" for c in candidates
         )
         super().__init__(
-            "cdctl history",
+            command,
             "SUBJECT",
             f"{subject} names {len(candidates)} objects (recreated): {listed}."
             " Give one of these uids as SUBJECT",
@@ -144,9 +144,9 @@ class EventSource:
         return out
 
 
-def parse_subject(subject: str) -> tuple[str, list[str]]:
+def parse_subject(subject: str, command: str = "cdctl history") -> tuple[str, list[str]]:
     """(kind, parts) for a kubectl-style subject ('computedomain', [ns, name]; 'node', [name]), or
-    ('stream', [subject]) / ('bare', [subject])."""
+    ('stream', [subject]) / ('bare', [subject]). `command` is the one errors name."""
     head, _, rest = subject.partition("/")
     kind = KINDS.get(head.lower())
     if kind is None or not rest:
@@ -155,8 +155,24 @@ def parse_subject(subject: str) -> tuple[str, list[str]]:
     wanted = 1 if kind == "node" else 2
     if len(parts) != wanted or not all(_NAME.match(p) for p in parts):
         form = "node/NAME" if kind == "node" else f"{kind}/NAMESPACE/NAME"
-        raise InvalidInput("cdctl history", "SUBJECT", f"{subject!r} is not {form}")
+        raise InvalidInput(command, "SUBJECT", f"{subject!r} is not {form}")
     return kind, parts
+
+
+async def resolve_uid(
+    events: EventSource, subject: str, kind: str, namespace: str, name: str, command: str = "cdctl history"
+) -> str:
+    """The uid a computedomain or resourceclaim NAMESPACE/NAME had in the file; InvalidInput when none did,
+    Ambiguous when several did (the object was recreated)."""
+    candidates = await events.uids(kind, namespace, name)
+    if not candidates:
+        hint = "the controller's log" if kind == "computedomain" else "the plugins' logs"
+        raise InvalidInput(
+            command, "SUBJECT", f"no {kind} {namespace}/{name} observed in {events.where} ({hint})"
+        )
+    if len(candidates) > 1:
+        raise Ambiguous(subject, candidates, command)
+    return candidates[0].uid
 
 
 async def timeline(
@@ -165,18 +181,7 @@ async def timeline(
     """What `subject` resolves to (said to the operator) and its events in time order."""
     kind, parts = parse_subject(subject)
     if kind in ("computedomain", "resourceclaim"):
-        namespace, name = parts
-        candidates = await events.uids(kind, namespace, name)
-        if not candidates:
-            hint = "the controller's log" if kind == "computedomain" else "the plugins' logs"
-            raise InvalidInput(
-                "cdctl history",
-                "SUBJECT",
-                f"no {kind} {namespace}/{name} observed in {events.where} ({hint})",
-            )
-        if len(candidates) > 1:
-            raise Ambiguous(subject, candidates)
-        uid = candidates[0].uid
+        uid = await resolve_uid(events, subject, kind, *parts)
         condition, params = events.naming(uid)
         return f"{subject} is uid {uid}", await events.lines(condition, params, since, until)
     if kind == "node":

@@ -4,7 +4,7 @@ A 4-node rack forms one ComputeDomain for a 4-worker job and tears it down with 
 and template having passed the chart's claim admission policy (the controller's templates, the
 resource-claim controller's claims for the workers and daemons); the same rack carries two domains on
 disjoint halves; host-managed mode through the command line runs no daemons and prints a summary whose
-commands work on the logs it names.
+commands work on the logs it names, and the formation timeline it drew from the logs it collected.
 """
 
 from __future__ import annotations
@@ -144,6 +144,16 @@ async def test_the_command_runs_host_managed_and_its_summary_points_at_real_logs
     assert _lifecycle(plugin_db)[0][:2] == ("channel", "Unprepared")
     code, rows = await _run("sql", "--db", str(plugin_db), "SELECT kind, state FROM claim_lifecycle")
     assert code == 0 and "Unprepared" in rows
+    # it collected every log and drew the formation timeline from them: a row per node
+    page = work_dir / "timeline-nvl72.html"
+    assert f"formation timeline: {page}" in text and f"collected: {work_dir / 'collected.db'}" in text
+    assert page.read_text().count('class="row node-row"') == 2
+    png = work_dir / "formation.png"
+    code, said = await _run(
+        "timeline", "--db", str(work_dir / "collected.db"), "computedomain/team-a/nvl72", "-o", str(png)
+    )
+    assert code == 0 and "formation: " in said and "slowest node: gb200-r00-n0" in said, said
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 def _assert_repairs_recorded(db: Path, claims: list[str]) -> None:

@@ -2,16 +2,21 @@
 
 `LiveView` is a rich Live display fed with the scenario's `Progress`: the current step and elapsed time, one
 row per node (NVLink clique, plugin registered, daemon pod Ready, the worker on it and how far its channel
-claim has come) and the steps done so far with their times. Redraws are throttled; on a terminal that is
-not interactive it prints one line per step instead. `summary(...)` renders the final figures: formation
-time, per-step timings, where every event log is, three commands to explore them, and the verdict.
-Used by cdctl.cli.sim.
+claim has come) and the steps done so far with their times. Redraws are throttled; its last frame is the
+rack as it stood when the domain formed (not the empty table teardown leaves). On a terminal that is not
+interactive it prints each step's name as it begins instead. `summary(...)` renders the final figures, each
+step once: formation time beside its target, a table of the start-up, formation and teardown steps (each
+step's own time, and the time since its phase began), where every event log is, the formation timeline
+page, commands to explore them, and the verdict. Used by cdctl.sim.rack.rackcommand.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -21,8 +26,8 @@ from rich.table import Table
 from rich.text import Text
 
 from cdctl.invocation import cdctl_command, on_path_hint
-from cdctl.sim.rack.launch import Rack
-from cdctl.sim.rack.scenario import Progress, ScenarioReport
+from cdctl.sim.rack.launch import Rack, StartTimings
+from cdctl.sim.rack.scenario import FORMATION_STEPS, Progress, ScenarioReport, formation_target
 
 MAX_ROWS = 36
 REFRESH_S = 0.25
@@ -39,7 +44,7 @@ def _mark(ok: bool, text: str = "") -> Text:
     return Text(text or ("yes" if ok else "no"), style="green" if ok else "dim")
 
 
-def progress_table(progress: Progress) -> RenderableType:
+def progress_table(progress: Progress, with_steps: bool = True) -> RenderableType:
     workers = {w.node: w for states in progress.workers.values() for w in states if w.node}
     table = Table(
         title=f"{progress.phase}  [{progress.elapsed_s:5.1f} s]", expand=False, title_justify="left"
@@ -70,8 +75,16 @@ def progress_table(progress: Progress) -> RenderableType:
         f"claims prepared {sum(w.claim == 'prepared' for s in progress.workers.values() for w in s)}"
         f"/{sum(len(s) for s in progress.workers.values())}"
     )
+    if not with_steps:
+        return Group(table, counts)
     steps = Text("  ".join(f"{name}: {seconds:.2f} s" for name, seconds in progress.steps), style="dim")
     return Group(table, counts, steps)
+
+
+def formed(progress: Progress) -> bool:
+    """Every worker of the scenario Running with channel0: the frame the view ends on."""
+    workers = [w for states in progress.workers.values() for w in states]
+    return bool(workers) and all(w.done for w in workers)
 
 
 class LiveView:
@@ -79,7 +92,8 @@ class LiveView:
         self.console = console
         self.live: Live | None = None
         self._drawn_at = 0.0
-        self._steps_printed = 0
+        self._phase = ""
+        self._formed: Progress | None = None
 
     def __enter__(self) -> LiveView:
         if self.console.is_terminal:
@@ -91,13 +105,19 @@ class LiveView:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self.live is not None:
+            if self._formed is not None:  # end on the formed rack; the summary has the step times
+                phase = "formed: every worker Running with channel0 (then torn down; see the summary)"
+                frame = dataclasses.replace(self._formed, phase=phase)
+                self.live.update(progress_table(frame, with_steps=False), refresh=True)
             self.live.__exit__(exc_type, exc, tb)
 
     def __call__(self, progress: Progress) -> None:
+        if formed(progress):
+            self._formed = progress
         if self.live is None:
-            for name, seconds in progress.steps[self._steps_printed :]:
-                self.console.print(f"  {name}: {seconds:.2f} s")
-            self._steps_printed = len(progress.steps)
+            if progress.phase != self._phase and progress.phase not in ("done", "failed"):
+                self.console.print(f"  {progress.phase} ...")
+            self._phase = progress.phase
             return
         now = time.monotonic()
         if now - self._drawn_at >= REFRESH_S or progress.phase in ("done", "failed"):
@@ -112,28 +132,72 @@ def event_logs(rack: Rack) -> list[tuple[str, Path]]:
     return logs
 
 
+def _step_rows(steps: Sequence[tuple[str, float]]) -> list[tuple[str, float, float]]:
+    """Each step's own time and the time since the first of them began."""
+    total, out = 0.0, []
+    for name, seconds in steps:
+        total += seconds
+        out.append((name, seconds, total))
+    return out
+
+
+def formation_line(report: ScenarioReport, nodes: int) -> Text | None:
+    """`formation: 1.39 s (target for 18 nodes: < 3 s, met) ...`."""
+    if report.formation_s is None:
+        return None
+    target = formation_target(nodes)
+    beside = ""
+    if target is not None:
+        size, limit = target
+        verdict = "met" if report.formation_s < limit else "MISSED"
+        beside = f" (target for {size} nodes: < {limit:g} s, {verdict})"
+    if report.load_average is not None:
+        beside += f" at load average {report.load_average:.2f} on {os.cpu_count()} cores"
+    return Text(
+        f"formation: {report.formation_s:.2f} s{beside}: ComputeDomain created -> the last of {nodes}"
+        " workers Running with channel0",
+        style="bold",
+    )
+
+
+def steps_table(timings: StartTimings, report: ScenarioReport) -> Table:
+    """Start-up, formation and teardown, each step once: its own time, and the time since its phase
+    began (the formation phase: since the ComputeDomain was created)."""
+    table = Table(title="steps (seconds)", title_justify="left")
+    table.add_column("step")
+    table.add_column("took", justify="right")
+    table.add_column("since the phase began", justify="right")
+    launched = timings.per_step.get("launch processes", 0.0)
+    registered = timings.per_step.get(
+        "plugins registered", launched
+    )  # since launch: its own step is the rest
+    start_up = [
+        ("start cluster, chart objects, GPU labels", timings.cluster_s),
+        ("launch controller and plugin processes", launched),
+        ("plugins registered with ResourceSlices", registered - launched),
+    ]
+    forming = [(n, s) for n, s in report.steps if n in FORMATION_STEPS]
+    tearing = [(n, s) for n, s in report.steps if n not in FORMATION_STEPS]
+    for phase, steps in (
+        ("rack start-up (not part of formation)", start_up),
+        ("formation (since the ComputeDomain was created)", forming),
+        ("teardown (since the jobs were deleted)", tearing),
+    ):
+        if not steps:
+            continue
+        table.add_row(Text(phase, style="bold"), "", "")
+        for name, seconds, total in _step_rows(steps):
+            table.add_row(f"  {name}", f"{seconds:.2f}", f"{total:.2f}")
+    return table
+
+
 def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
     lines: list[RenderableType] = []
     nodes = len(rack.topology.nodes)
-    if report.formation_s is not None:
-        lines.append(
-            Text(
-                f"formation: {report.formation_s:.2f} s "
-                f"(ComputeDomain created -> all {nodes} workers' claims prepared)",
-                style="bold",
-            )
-        )
-    steps = Table(title="steps", title_justify="left")
-    steps.add_column("step")
-    steps.add_column("seconds", justify="right")
-    steps.add_row("start cluster, chart objects, GPU labels", f"{rack.timings.cluster_s:.2f}")
-    for name, seconds in rack.timings.per_step.items():
-        steps.add_row(f"components: {name}", f"{seconds:.2f}")
-    for name, seconds in report.steps:
-        steps.add_row(name, f"{seconds:.2f}")
-    if report.teardown_s is not None:
-        steps.add_row("teardown (jobs and domains deleted -> nothing left)", f"{report.teardown_s:.2f}")
-    lines.append(steps)
+    headline = formation_line(report, nodes)
+    if headline is not None:
+        lines.append(headline)
+    lines.append(steps_table(rack.timings, report))
     logs = event_logs(rack)
     plugin_logs = [path for who, path in logs if who.startswith("plugin")]
     daemon_logs = [path for who, path in logs if who.startswith("daemon")]
@@ -148,6 +212,13 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
         kept = "imex-history/<domain>.db once gone"
         lines.append(Text(f"  IMEX daemons ({len(daemon_logs)}): {pattern} ({kept})"))
     lines.append(Text(f"  process logs: {rack.logs_dir}"))
+    drawn = report.timelines
+    if drawn is not None and drawn.collected is not None:
+        lines.append(Text(f"  all of them, collected: {drawn.collected}"))
+    if drawn is not None:
+        for page in drawn.pages:
+            lines.append(Text(f"formation timeline: {page}", style="bold"))
+        lines += [Text(f"  (timeline not drawn: {problem})", style="yellow") for problem in drawn.problems]
     first_plugin = plugin_logs[0] if plugin_logs else rack.controller_db
     at = report.formed_at.isoformat() if report.formed_at else "15m"  # to the microsecond: the formed state
     query = "SELECT name, node, kind, state, requested_at, prepared_at, unprepared_at FROM claim_lifecycle"

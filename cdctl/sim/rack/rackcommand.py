@@ -21,6 +21,7 @@ from cdctl.sim.rack.launch import Rack, RackStartError
 from cdctl.sim.rack.liveview import LiveView, summary
 from cdctl.sim.rack.scenario import DomainPlan, ScenarioReport, run_scenario
 from cdctl.sim.rack.settings import RackSettings
+from cdctl.sim.rack.timelines import draw_timelines
 
 # The longest unix socket path under the work directory (the plugin's DRA socket) must fit sun_path (108).
 _SOCKET_SUFFIX = len("/gb200-r00-n00/plugins/compute-domain.nvidia.com/dra.sock")
@@ -53,6 +54,8 @@ async def _run(
             )
             with LiveView(console) as view:
                 report = await run_scenario(rack, plans, observe=view)
+            console.print("collecting the rack's event logs to draw the formation timeline")
+            report.timelines = await draw_timelines(rack, [(p.namespace, p.name) for p in plans])
     except RackStartError as error:
         return rack, None, str(error)
     return rack, report, ""

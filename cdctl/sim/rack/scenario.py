@@ -16,6 +16,7 @@ Used by `cdctl sim rack`, the integration tests and the benchmark.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,8 +38,16 @@ from cdctl.sim.rack.checks import (
     worker_states,
 )
 from cdctl.sim.rack.launch import CLIQUE_LABEL, Rack
+from cdctl.sim.rack.timelines import Timelines
 from cdctl.sim.rack.workload import channel_template_name, compute_domain, worker_job
 
+# Formation targets (nodes -> seconds), what bench/formation.py measures against; a rack of up to 18 nodes
+# is held to the 18-node target, up to 144 to the 144-node one.
+FORMATION_TARGETS_S = {18: 3.0, 144: 15.0}
+CREATE_STEP = "create ComputeDomains"
+TEMPLATES_STEP = "controller creates channel templates"
+WORKERS_STEP = "workers Running with channel0"
+FORMATION_STEPS = (CREATE_STEP, TEMPLATES_STEP, WORKERS_STEP)
 POLL_S = 0.05
 NODES_PER_POLL_S = 400  # a poll passes over every pod, in the process that serves the cluster
 PODS = ("", "pods")
@@ -87,11 +96,18 @@ class ScenarioReport:
     teardown_s: float | None = None
     domain_uids: dict[str, str] = field(default_factory=dict)
     formed_at: datetime | None = None
+    load_average: float | None = None  # the 1-minute load average when the domain formed
     problems: list[str] = field(default_factory=list)
+    timelines: Timelines | None = None  # what `cdctl sim rack` drew at the end (cdctl.sim.rack.timelines)
 
     @property
     def ok(self) -> bool:
         return not self.problems and self.formation_s is not None and self.teardown_s is not None
+
+
+def formation_target(nodes: int) -> tuple[int, float] | None:
+    """(size, seconds) of the target a rack of `nodes` nodes is held to; None above the largest."""
+    return next(((size, limit) for size, limit in sorted(FORMATION_TARGETS_S.items()) if nodes <= size), None)
 
 
 class ScenarioFailed(Exception):
@@ -195,7 +211,7 @@ class _Runner:
             )
             created[plan.name] = time.perf_counter()
             self.report.domain_uids[plan.name] = str(obj["metadata"]["uid"])  # type: ignore[index]
-        self.report.steps.append(("create ComputeDomains", time.perf_counter() - created_at))
+        self.report.steps.append((CREATE_STEP, time.perf_counter() - created_at))
 
         def templates_missing() -> str | None:
             missing = [
@@ -205,7 +221,7 @@ class _Runner:
             ]
             return f"ResourceClaimTemplates {missing}" if missing else None
 
-        await self.step("controller creates channel templates", templates_missing)
+        await self.step(TEMPLATES_STEP, templates_missing)
         formed: dict[str, float] = {}
         # When each worker turned Running, taken from the store's write itself: the poll below sees it up to a
         # poll period (and, on a busy rack, a late turn of the event loop) afterwards. Its CDI edits came
@@ -246,12 +262,13 @@ class _Runner:
                 for job in plan.job_names:
                     body = worker_job(job, plan.namespace, plan.workers, plan.template)
                     self.create("batch", "jobs", plan.namespace, body)
-            await self.step("workers Running with channel0", not_formed)
+            await self.step(WORKERS_STEP, not_formed)
         finally:
             self.rack.store.hub.listeners.remove(note_running)
         self.report.formation_s = max(formed.values()) - created_at
         self.report.formation_by_domain = {name: formed[name] - created[name] for name in formed}
         self.report.formed_at = datetime.now(UTC)
+        self.report.load_average = os.getloadavg()[0]
 
     async def tear_down(self) -> None:
         began = time.perf_counter()

@@ -44,11 +44,29 @@ def test_the_table_shows_each_node_its_daemon_and_its_workers_claim() -> None:
     assert "create ComputeDomains: 0.01 s" in text
 
 
-def test_without_a_terminal_it_prints_each_finished_step_once() -> None:
+def test_without_a_terminal_it_names_each_step_as_it_begins_and_leaves_the_times_to_the_summary() -> None:
     output = io.StringIO()
     console = Console(file=output, force_terminal=False, color_system=None)
     with LiveView(console) as view:
         view(_progress("a", [("first", 1.0)]))
-        view(_progress("b", [("first", 1.0)]))
-        view(_progress("c", [("first", 1.0), ("second", 2.5)]))
-    assert output.getvalue().splitlines() == ["  first: 1.00 s", "  second: 2.50 s"]
+        view(_progress("a", [("first", 1.0)]))
+        view(_progress("b", [("first", 1.0), ("second", 2.5)]))
+        view(_progress("done", [("first", 1.0), ("second", 2.5)]))
+    assert output.getvalue().splitlines() == ["  a ...", "  b ..."]
+
+
+def test_on_a_terminal_the_last_frame_is_the_formed_rack_not_the_torn_down_one() -> None:
+    output = io.StringIO()
+    console = Console(file=output, force_terminal=True, width=160, color_system=None)
+    formed = _progress("workers Running with channel0", [("create ComputeDomains", 0.01)])
+    formed.workers["nvl-job"][1] = WorkerState(
+        "nvl-job-1", "u1", "gb200-r00-n01", "Running", "prepared", True
+    )
+    torn_down = Progress("delete ComputeDomains: nothing left", 3.0, formed.nodes, {"nvl-job": []}, [])
+    with LiveView(console) as view:
+        view(formed)
+        view(torn_down)
+    last = output.getvalue().rsplit("formed: every worker Running with channel0", 1)
+    assert len(last) == 2, output.getvalue()[-2000:]
+    assert "nvl-job-1 (Running)" in last[1] and "nothing left" not in last[1]
+    assert "create ComputeDomains: 0.01 s" not in last[1]  # the summary holds the step times
