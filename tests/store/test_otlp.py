@@ -7,19 +7,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
 from click.testing import CliRunner
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
-)
 from prometheus_client import CollectorRegistry, generate_latest
 
 from cdctl.cli.main import cli
@@ -29,55 +22,10 @@ from cdctl.store import otlp
 from cdctl.store.metrics import OtlpExportCollector
 from cdctl.store.otlp import ExportSource, OtlpExport, otlp_logs_url
 from cdctl.store.sqlite import SqliteEventStore
+from tests.store.otlpreceiver import Receiver, receiver
 
+__all__ = ["receiver"]
 SOURCE = ExportSource("kubelet-plugin", "gb200-n03", "cdctl-kubelet-plugin-x7k2p", "cdctl-system", "plugin")
-
-
-@dataclass
-class Receiver:
-    """An OTLP/HTTP logs endpoint: decodes each request; with `stuck` set, holds requests until released."""
-
-    url: str = ""
-    records: list[tuple[dict[str, Any], dict[str, Any], str]] = field(default_factory=list)
-    stuck: bool = False
-    held: int = 0
-    release: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def handle(self, request: web.Request) -> web.Response:
-        assert request.content_type == "application/x-protobuf"
-        body = ExportLogsServiceRequest.FromString(await request.read())
-        if self.stuck:
-            self.held += 1
-            await self.release.wait()
-            return web.Response(status=503)
-        for resource_logs in body.resource_logs:
-            resource = {kv.key: _value(kv.value) for kv in resource_logs.resource.attributes}
-            for scope_logs in resource_logs.scope_logs:
-                for record in scope_logs.log_records:
-                    attributes = {kv.key: _value(kv.value) for kv in record.attributes}
-                    self.records.append((resource, attributes, record.body.string_value))
-        reply = ExportLogsServiceResponse().SerializeToString()
-        return web.Response(body=reply, content_type="application/x-protobuf")
-
-
-def _value(value: Any) -> Any:
-    return getattr(value, value.WhichOneof("value"))
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    got = Receiver()
-    app = web.Application()
-    app.router.add_post("/v1/logs", got.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    got.url = f"http://127.0.0.1:{port}"
-    yield got
-    got.release.set()
-    await runner.cleanup()
 
 
 async def until(check: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
