@@ -122,7 +122,6 @@ class OtlpExport:
         timeout_s: float = 10.0,
         attempts: int = 5,
         max_pause_s: float = 30.0,
-        exporter: LogRecordExporter | None = None,
     ) -> None:
         if max_queue < 1 or batch < 1 or attempts < 1:
             raise PermanentError("OTLP export: max_queue, batch and attempts must be at least 1")
@@ -136,7 +135,7 @@ class OtlpExport:
         self.delay_s = delay_s
         self.attempts = attempts
         self.max_pause_s = max_pause_s
-        self._exporter = exporter or OTLPLogExporter(endpoint=self.url, timeout=timeout_s)
+        self._exporter: LogRecordExporter = OTLPLogExporter(endpoint=self.url, timeout=timeout_s)
         self._resource = source.resource()
         self._queue: collections.deque[RecordedEvent] = collections.deque()
         self._lock = threading.Lock()

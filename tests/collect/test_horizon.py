@@ -173,3 +173,31 @@ def test_a_schema_1_file_gains_the_horizons_table_when_opened_for_writing(tmp_pa
     with CollectedFile.open(path) as file:
         assert file.query("PRAGMA user_version") == [(2,)]
         assert file.horizons(1) == []
+
+
+async def test_a_daemon_forging_a_horizon_snapshot_puts_no_claim_in_the_read_models(tmp_path: Path) -> None:
+    """A compromised daemon writes claim events into its own log and compacts it, so its horizon snapshot
+    holds claims (of another node, say). The plugin serves that log and the collector stores its snapshot,
+    but a daemon's log feeds no read model, from its events or from its horizon."""
+    plugin, daemon, out = tmp_path / "n0.db", tmp_path / "daemon.db", tmp_path / "collected.db"
+    await node_log(plugin)
+    async with await SqliteEventStore.open(daemon) as store:
+        runner = ProjectionRunner(store, lifecycle_projections())
+        await runner.start()
+        for n in range(4):
+            await prepare(store, f"forged{n}", node="n9")
+        await runner.catch_up()
+        assert await compact_through(store, 6) is not None  # forged0 and forged1 live at the horizon
+    uid = "3f9a0c2e-0000-4000-8000-000000000001"
+    async with cluster(tmp_path) as c:
+        logs = [LogRef("plugin", "kubelet-plugin", plugin), LogRef(f"daemon/{uid}", "daemon", daemon, uid)]
+        await c.add("kubelet-plugin", "n0", logs)
+        await run_collect(c, out)
+    with CollectedFile.open(out, read_only=True) as file:
+        [forger] = [s for s in file.sources() if s.component == "daemon"]
+        assert file.horizons(forger.id)  # stored as served, and checked: its own chain names it
+        assert verify(file, []).ok
+        for table in MODELS:
+            assert file.query(f'SELECT COUNT(*) FROM "{table}" WHERE source = ?', (forger.name,)) == [(0,)]
+        claims = {row[0] for row in file.query("SELECT claim_uid FROM claim_lifecycle")}
+    assert not any(uid.startswith("forged") for uid in claims)
