@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("cdctl.cli.history", "history"),
     "streams": ("cdctl.cli.history", "streams"),
     "collect": ("cdctl.cli.collect", "collect_command"),
+    "version": ("cdctl.cli.shell", "version"),
+    "completion": ("cdctl.cli.shell", "completion"),
 }
 
 
@@ -55,4 +57,6 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli()
+    # One program name however it was started (`python -m cdctl` too), so shell completion's variable is
+    # always _CDCTL_COMPLETE (cdctl.cli.shell).
+    cli(prog_name="cdctl")

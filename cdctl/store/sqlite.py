@@ -42,7 +42,7 @@ PRAGMAS = (
     "PRAGMA busy_timeout = 5000",
     "PRAGMA foreign_keys = ON",
 )
-READ_BUSY_TIMEOUT_MS = 1000
+READ_BUSY_TIMEOUT_MS = int(schema.READ_LOCK_WAIT_S * 1000)
 WAL_SIZE_LIMIT = 64 << 20  # bytes a checkpointed WAL file is truncated to (compaction writes a lot at once)
 FILE_MODE = 0o600  # the log names every tenant's claims and domains: owner-only
 SIDE_FILES = ("-wal", "-shm", "-journal")

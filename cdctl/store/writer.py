@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cdctl.domain.errors import CdctlError, StoreError, StoreLocked
 from cdctl.domain.events import RecordedEvent
 from cdctl.domain.hashchain import GENESIS, ChainScheme
+from cdctl.store import schema
 from cdctl.store.base import HeadNotifier, StreamAppend
 from cdctl.store.driver import driver_of, in_driver_thread
 from cdctl.store.sealing import Chain, SealedEvent, seal, utc_now
@@ -57,7 +58,7 @@ class _Job:
 
 def locked_or_failed(exc: OperationalError | sqlite3.OperationalError, path: str) -> CdctlError:
     reason = str(exc.orig) if isinstance(exc, OperationalError) else str(exc)
-    if "locked" in reason or "busy" in reason:
+    if schema.is_locked(exc):
         return StoreLocked(f"{path}: event log is locked by another writer")
     return StoreError(f"{path}: write failed: {reason}")
 

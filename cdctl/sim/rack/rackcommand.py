@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from cdctl.domain.racks import rack_domain_name
+from cdctl.invocation import cdctl_command
 from cdctl.sim.node.topology import build_topology
 from cdctl.sim.rack.launch import Rack, RackStartError
 from cdctl.sim.rack.liveview import LiveView, summary
@@ -45,11 +46,12 @@ def held_commands(rack: Rack, plans: list[DomainPlan]) -> list[str]:
     kubeconfig = shlex.quote(str(rack.kubeconfig))
     collected = shlex.quote(str(rack.work_dir / "collected.db"))
     plan = plans[0]
+    cdctl = cdctl_command()  # the cdctl that runs here, as a shell finds it
     return [
         f"kubectl --kubeconfig {kubeconfig} get computedomains -A",
         f"kubectl --kubeconfig {kubeconfig} get pods -A -o wide",
-        f"cdctl collect --kubeconfig {kubeconfig} -n {rack.settings.driver_namespace} -o {collected}",
-        f"cdctl history --db {collected} computedomain/{plan.namespace}/{plan.name}",
+        f"{cdctl} collect --kubeconfig {kubeconfig} -n {rack.settings.driver_namespace} -o {collected}",
+        f"{cdctl} history --db {collected} computedomain/{plan.namespace}/{plan.name}",
     ]
 
 
@@ -131,7 +133,8 @@ def run_rack_command(
         console.print(f"cdctl sim rack: the rack did not start: {failure}", style="red")
         console.print(f"process logs: {rack.logs_dir}")
         return 1
-    console.print(summary(rack, report))
+    console.print(summary(rack, report), soft_wrap=True)  # a command copied from it runs as printed
     if rack_domains:
-        console.print(f"rack domain decisions: cdctl events --db {rack.controller_db} --stream 'rack/*'")
+        command = f"{cdctl_command()} events --db {shlex.quote(str(rack.controller_db))} --stream 'rack/*'"
+        console.print(f"rack domain decisions: {command}", soft_wrap=True)
     return 0 if report.ok else 1
