@@ -46,11 +46,12 @@ NAMESPACE, DOMAIN = "team-a", "nvl"
 JOB = f"{DOMAIN}-job"
 
 
-async def cdctl(*argv: str) -> tuple[int, str]:
-    """A cdctl command as the operator runs it, in a thread (its own event loop) beside the rack's."""
+async def cdctl(*argv: str) -> tuple[int, str, str]:
+    """A cdctl command as the operator runs it, in a thread (its own event loop) beside the rack's: its exit
+    code, stdout and stderr."""
     result = await asyncio.to_thread(CliRunner().invoke, cli, list(argv))
     assert "Traceback" not in result.output, result.output
-    return result.exit_code, result.output
+    return result.exit_code, result.stdout, result.stderr
 
 
 async def compacted(path: Path, upto: int | None, projections: list[Any], folded: list[Any]) -> int:
@@ -80,9 +81,10 @@ def worker_claim(rack: Rack, index: int) -> tuple[str, str, str]:
 
 
 async def history(out: Path, subject: str) -> list[dict[str, Any]]:
-    code, output = await cdctl("history", "--db", str(out), subject, "--json")
-    assert code == 0, output
-    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    code, stdout, stderr = await cdctl("history", "--db", str(out), subject, "-o", "json")
+    assert code == 0, stderr
+    events: list[dict[str, Any]] = json.loads(stdout)
+    return events
 
 
 def types_by_source(story: list[dict[str, Any]]) -> dict[str, set[str]]:
@@ -142,16 +144,16 @@ async def test_one_collected_file_tells_the_whole_life_of_a_domain_and_a_claim(w
         assert beyond_faults(report.problems, restarted) == [], report.problems
         assert report.formation_s is not None and report.teardown_s is not None
         out = work_dir / "incident.db"
-        code, output = await cdctl(
+        code, output, errors = await cdctl(
             "collect", "-o", str(out), "-n", rack.settings.driver_namespace, "--kubeconfig",
             str(rack.kubeconfig), "--json",
         )  # fmt: skip
         domain_uid = report.domain_uids[DOMAIN]
         plugin_db = rack.plugin_db(facts["compacted claim"][0])
-    assert code == 0, output
+    assert code == 0, errors
 
     # One file: both controller replicas, all 18 plugins, the 18 daemon logs they kept.
-    summary = json.loads(next(line for line in output.splitlines() if line.startswith("{")))
+    summary = json.loads(output)
     nodes = [f"gb200-r00-n{index:02d}" for index in range(NODES)]
     expected = {"controller/cdctl-controller-0", "controller/cdctl-controller-1"}
     expected |= {f"kubelet-plugin/{n}" for n in nodes} | {f"daemon/{n}/{domain_uid}" for n in nodes}
@@ -193,8 +195,8 @@ async def test_one_collected_file_tells_the_whole_life_of_a_domain_and_a_claim(w
     assert prepared < facts["restarted at"] < min(unprepared)
 
     # Every source verifies, the compacted controller and plugin included.
-    code, verified = await cdctl("verify", "--db", str(out))
-    assert code == 0, verified
+    code, verified, errors = await cdctl("verify", "--db", str(out))
+    assert code == 0, verified + errors
     assert all(name in verified for name in expected)
 
     # Worker 1's claim began before its plugin's horizon, so the file holds none of its first events: its
