@@ -26,6 +26,7 @@ from click.decorators import FC
 
 from cdctl.api.gates import parse_feature_gates
 from cdctl.cli.logs import DEFAULT_VERBOSITY, configure_logging
+from cdctl.cli.otlp import otlp_option
 from cdctl.cli.retention import policy, retention_options
 from cdctl.controller.app import run_controller
 from cdctl.controller.leader import LeadershipLost, check_durations
@@ -215,6 +216,7 @@ async def serve(settings: ControllerSettings) -> None:
     help="Key of the event log's chain (HMAC-SHA256; the chart's Secret); when empty, the chain is unkeyed.",
 )
 @retention_options
+@otlp_option
 @option(
     "--resource-api-version",
     envvar="RESOURCE_API_VERSION",
@@ -348,6 +350,7 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         db_path=str(options["db"] or ""),
         log_key_file=str(options["log_key_file"] or ""),
         retention=policy(str(options["retention_age"]), str(options["retention_size"])),
+        otlp_endpoint=str(options.get("otlp_endpoint") or ""),
         workers=int(str(options["workers"])),
         cleanup_interval_s=float(str(options["cleanup_interval"])),
         batch_window_s=float(str(options["batch_window"])),

@@ -21,6 +21,7 @@ import click
 from cdctl.api.gates import parse_feature_gates
 from cdctl.cli.errors import fail, guarded
 from cdctl.cli.logs import DEFAULT_VERBOSITY, configure_logging
+from cdctl.cli.otlp import otlp_option
 from cdctl.cli.retention import policy, retention_options
 from cdctl.domain.errors import CdctlError
 from cdctl.k8s.tokens import parse_service_account
@@ -160,6 +161,7 @@ def _service_account(_ctx: click.Context, _param: click.Parameter, value: str) -
     help="Key of the event log's chain (HMAC-SHA256; the chart's Secret); unkeyed when absent.",
 )
 @retention_options
+@otlp_option
 @click.option(
     "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent."
 )
@@ -249,6 +251,7 @@ def kubelet_plugin(
     log_key_file: Path | None,
     retention_age: str,
     retention_size: str,
+    otlp_endpoint: str,
     kubeconfig: str | None,
     kube_api_qps: float,
     kube_api_burst: int,
@@ -279,6 +282,7 @@ def kubelet_plugin(
         db=db,
         log_key_file=log_key_file,
         retention=policy(retention_age, retention_size),
+        otlp_endpoint=otlp_endpoint,
         kubeconfig=kubeconfig,
         kube_api_qps=kube_api_qps,
         kube_api_burst=kube_api_burst,

@@ -141,12 +141,22 @@ def cluster(
     help="The controller creates one ComputeDomain per rack as it joins (cdctl controller --rack-domains); "
     "each rack's job uses its imex-channel-<rack> template, and the domain goes when the rack leaves.",
 )
-def rack(nodes: int, racks: int, mode: str, keep: Path | None, rack_domains: bool) -> None:
+@click.option(
+    "--hold",
+    "hold_s",
+    type=click.FloatRange(min=0),
+    default=0,
+    envvar="CDCTL_SIM_HOLD",
+    metavar="SECONDS",
+    help="Keep the formed rack running this long (Ctrl-C ends it early) before the teardown, and print how "
+    "to point kubectl and cdctl collect at it (kubeconfig: <keep dir>/kubeconfig).",
+)
+def rack(nodes: int, racks: int, mode: str, keep: Path | None, rack_domains: bool, hold_s: float) -> None:
     """A GB200 NVL72 rack end to end: real controller, plugins and daemons; a job forms and is torn down."""
     from cdctl.sim.rack.rackcommand import run_rack_command
 
     directory = keep.resolve() if keep else Path(tempfile.mkdtemp(prefix="cdctl-rack-", dir="/tmp"))
-    raise SystemExit(run_rack_command(directory, nodes, racks, mode, rack_domains))
+    raise SystemExit(run_rack_command(directory, nodes, racks, mode, rack_domains, hold_s))
 
 
 def register(root: click.Group) -> None:

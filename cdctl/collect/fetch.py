@@ -8,7 +8,8 @@ For a pod (cdctl.collect.pods) `PodReader`:
    read afterwards must hold it;
 3. reads the list of logs it serves (the plugin adds its node's IMEX daemon logs) and streams each, after the
    last position this file holds of it, into the file (`CollectedFile.store_batch`, a batch at a time on the
-   writer's thread), then records what it did (`fetches`).
+   writer's thread; a compacted log's horizon snapshots with `store_horizon`, checked against their digest),
+   then records what it did (`fetches`).
 Which source a log is: the latest generation of the same component, log and node (the controller: pod,
 or any pod whose log starts with the same hash: one kept on a volume). A log whose first event is not the
 one collected before, or that does not hold the last hash collected (the pod answers 409), was recreated:
@@ -35,7 +36,8 @@ from cdctl.k8s.errors import KubeApiError
 from cdctl.k8s.podproxy import PodProxy
 from cdctl.k8s.rest import KubeApi
 from cdctl.k8s.tokens import audience_for, mint_token, parse_service_account
-from cdctl.store.collected import CollectedFile, Fetch, RangeState, Source
+from cdctl.store.collected import CollectedFile, Fetch, RangeState, Source, StoredHorizon
+from cdctl.store.compaction import snapshot_digest
 from cdctl.store.logserver import TOKEN_HEADER
 
 T = TypeVar("T")
@@ -135,6 +137,21 @@ def _event_row(line: dict[str, Any]) -> tuple[int, str, int, str, int, str, str,
     if not all(isinstance(value, kind) for value, kind in zip(row, kinds, strict=True)):
         raise ValueError(f"an event line with a field of the wrong type (position {row[0]!r})")
     return row
+
+
+def _horizon(line: dict[str, Any]) -> StoredHorizon:
+    """A stream's horizon line; ValueError when malformed or when its snapshots do not match its digest."""
+    snapshots = {str(s["name"]): s["state"] for s in line.get("snapshots") or []}
+    horizon = StoredHorizon(
+        int(line["position"]), int(line["record_position"]), str(line["anchor_hash"]),
+        str(line["recorded_at"]), str(line["snapshot_digest"]), snapshots,
+    )  # fmt: skip
+    if not all(isinstance(state, str) for state in snapshots.values()):
+        raise ValueError(f"a horizon snapshot at {horizon.position} that is not encoded text")
+    rows = [(name, horizon.position, state) for name, state in snapshots.items()]
+    if snapshot_digest(rows) != horizon.snapshot_digest:
+        raise ValueError(f"the snapshots at horizon {horizon.position} do not match their digest")
+    return horizon
 
 
 class PodReader:
@@ -281,6 +298,8 @@ class PodReader:
                     if kind == "header":
                         head = self._check_header(line, source)
                         self.progress.started(source.name, max(0, (head[0] if head else 0) - after))
+                    elif kind == "horizon":
+                        await self.writer.call(file.store_horizon, source.id, _horizon(line))
                     elif kind == "anchor":
                         items.append(("anchor", (int(line["position"]), line.get("hash"))))
                     elif kind == "event":

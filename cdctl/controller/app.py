@@ -5,7 +5,7 @@
 With leader election, a replica follows the cluster into its own log from the start (a warm standby) and
 reconciles once it holds the Lease (cdctl.controller.manager). With a log file of its own it runs the
 retention loop over it (cdctl.projections.retention), keeping the domain view and domain_history at each
-compaction's horizon.
+compaction's horizon, and with `otlp_endpoint` it exports every committed event (cdctl.store.otlp).
 Called by cdctl.cli.controller; integration tests call it with a kubeconfig for the simulated cluster.
 """
 
@@ -30,11 +30,13 @@ from cdctl.k8s.rest import KubeApi
 from cdctl.k8s.tokens import TokenReviewer
 from cdctl.projections.lifecycle import DomainHistory
 from cdctl.projections.retention import Retention
+from cdctl.store import otlp
 from cdctl.store.base import EventStore
 from cdctl.store.export import LogRef
 from cdctl.store.integrity import read_key_file
 from cdctl.store.logserver import LogServer
-from cdctl.store.metrics import EventLogCollector, ProjectionLagCollector
+from cdctl.store.metrics import EventLogCollector, OtlpExportCollector, ProjectionLagCollector
+from cdctl.store.otlp import ExportSource
 from cdctl.store.sqlite import SqliteEventStore
 
 log = structlog.get_logger(__name__)
@@ -75,6 +77,7 @@ async def run_controller(
     client = await api_client(settings.kubeconfig)
     own_store: EventStore | None = None
     retention: asyncio.Task[None] | None = None
+    export: otlp.OtlpExport | None = None
     try:
         api = KubeApi(client, qps=settings.kube_api_qps, burst=settings.kube_api_burst)
         resource_version = await discover_resource_version(api, settings.resource_api_version)
@@ -89,12 +92,17 @@ async def run_controller(
                 actor=Actor("controller", pod=settings.pod_name), interval_s=settings.retention_interval_s,
             )  # fmt: skip
             retention = asyncio.create_task(loop.run(), name="retention")
+            if settings.otlp_endpoint:
+                source = ExportSource("controller", "", settings.pod_name, settings.namespace, "controller")
+                export = otlp.attach(own_store, settings.otlp_endpoint, source)
         manager = ControllerManager(settings, api, store, resource_version)
         if isinstance(store, SqliteEventStore):
             manager.metrics.registry.register(EventLogCollector(store))
             history = manager.journal.history
             if history is not None:
                 manager.metrics.registry.register(ProjectionLagCollector(store, lambda: history.positions))
+        if export is not None:
+            manager.metrics.registry.register(OtlpExportCollector(export))
         elector = None
         if settings.leader_election.enabled:
             election = settings.leader_election
@@ -144,4 +152,6 @@ async def run_controller(
                 await retention
         if own_store is not None:
             await own_store.close()
+        if export is not None:
+            await asyncio.to_thread(export.close)
         await client.close()

@@ -40,6 +40,7 @@ class ControllerSettings:
     # NAMESPACE/NAME of the service account whose tokens may read the event log over the HTTP endpoint
     # (`cdctl collect`); empty: the log is not served.
     event_log_reader: str = ""
+    otlp_endpoint: str = ""  # every committed event also as an OTLP log record (cdctl.store.otlp); "": none
     kubeconfig: str | None = None
     kube_api_qps: float = 5.0
     kube_api_burst: int = 10

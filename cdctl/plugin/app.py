@@ -12,8 +12,8 @@ projection runner that keeps this log's read models (claim_lifecycle, channel_al
 checkpoint_transitions) current, the clique refresh (cdctl.plugin.cliquerefresh: every `clique_refresh_s`, and
 the `nvidia.com/gpu.clique` label with `gpu_clique_label`), and the retention loop
 (cdctl.projections.retention: it compacts the log under `cfg.retention`, keeping the lifecycle views and the
-claim book at the horizon, and prunes `imex-history/` by the same policy, cdctl.plugin.imexhistory). Stops
-cleanly when `stop` is set.
+claim book at the horizon, and prunes `imex-history/` by the same policy, cdctl.plugin.imexhistory). With
+`otlp_endpoint` every committed event is also exported (cdctl.store.otlp). Stops cleanly when `stop` is set.
 
 A node without a usable GPU driver (NVML cannot be loaded) does not crash-loop: the plugin says why once (a
 log line and a Node Event), publishes no ResourceSlice (it deletes any of this driver's slices on the node),
@@ -59,10 +59,11 @@ from cdctl.plugin.server import PluginServers, ServerPaths
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.retention import FIRST_DELAY_S, INTERVAL_S, Retention
 from cdctl.projections.runner import ProjectionRunner
-from cdctl.store import SqliteEventStore
+from cdctl.store import SqliteEventStore, otlp
 from cdctl.store.integrity import read_key_file
 from cdctl.store.logserver import LogServer
-from cdctl.store.metrics import EventLogCollector, ProjectionLagCollector
+from cdctl.store.metrics import EventLogCollector, OtlpExportCollector, ProjectionLagCollector
+from cdctl.store.otlp import ExportSource
 
 log = structlog.get_logger("cdctl.plugin.app")
 
@@ -114,6 +115,7 @@ class PluginConfig:
     # NAMESPACE/NAME of the service account whose tokens may read the event logs over the HTTP endpoint
     # (`cdctl collect`); empty: the logs are not served.
     event_log_reader: str = ""
+    otlp_endpoint: str = ""  # every committed event also as an OTLP log record (cdctl.store.otlp); "": none
 
     @property
     def plugin_dir(self) -> Path:
@@ -220,6 +222,7 @@ class PluginProcess:
         self.retention: Retention | None = None
         self.metrics = PluginMetrics(cfg.node_name)
         self.http: MetricsEndpoint | None = None
+        self.export: otlp.OtlpExport | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -278,6 +281,10 @@ class PluginProcess:
         )
         log.info("event log opened", path=str(cfg.db_path), chain=self.store.scheme.name,
                  head=self.store.chain_head()[0], checked=self.store.checked_at_open)  # fmt: skip
+        if cfg.otlp_endpoint:
+            source = ExportSource("kubelet-plugin", cfg.node_name, cfg.pod_name, cfg.namespace, "plugin")
+            self.export = otlp.attach(self.store, cfg.otlp_endpoint, source)
+            self.metrics.registry.register(OtlpExportCollector(self.export))
         self.runner = ProjectionRunner(self.store, lifecycle_projections())
         runner = self.runner
         self.metrics.registry.register(EventLogCollector(self.store))
@@ -518,4 +525,6 @@ class PluginProcess:
                 with contextlib.suppress(CdctlError):
                     await self.runner.catch_up()  # leave the read models current for `cdctl sql`
             await self.store.close()
+        if self.export is not None:
+            await asyncio.to_thread(self.export.close)
         log.info("kubelet plugin stopped")

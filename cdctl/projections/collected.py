@@ -24,7 +24,8 @@ from cdctl.domain.events import RecordedEvent
 from cdctl.projections.base import Change, Key, Projection, Router, Row, in_log_order
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import Rebuild
-from cdctl.store.collected import CollectedFile, Source, SourceCheck, check_source
+from cdctl.projections.sinks import decode_snapshot
+from cdctl.store.collected import CollectedFile, Source, SourceCheck, StoredHorizon, check_source
 from cdctl.store.sealing import format_time
 from cdctl.store.sqlite import row_to_event
 
@@ -63,19 +64,36 @@ def ensure_read_models(file: CollectedFile) -> bool:
 
 
 def source_events(
-    file: CollectedFile, source: Source, until: datetime | None = None
+    file: CollectedFile,
+    source: Source,
+    until: datetime | None = None,
+    *,
+    after: int = 0,
+    upto: int | None = None,
 ) -> Iterable[RecordedEvent]:
-    """The source's events in position order, upcast, a page at a time (up to `until` when given)."""
-    after, limit = 0, format_time(until) if until is not None else None
+    """The source's events in position order, upcast, a page at a time (up to `until` when given), after
+    position `after` and up to `upto`."""
+    limit = format_time(until) if until is not None else None
     while True:
         rows = file.source_events(source.id, after, PAGE)
         if not rows:
             return
         for row in rows:
+            if upto is not None and row[0] > upto:
+                return
             if limit is not None and row[7] > limit:
                 continue
             yield row_to_event(row, f"{file.path} ({source.name})")
         after = rows[-1][0]
+
+
+def horizon_views(start: StoredHorizon, projections: Sequence[Projection]) -> dict[str, dict[Key, Row]]:
+    """The views kept at the horizon, of the projections it has a snapshot of."""
+    return {
+        p.name: dict(decode_snapshot(start.snapshots[p.name]))
+        for p in projections
+        if p.name in start.snapshots
+    }
 
 
 def fold(file: CollectedFile, source: Source, until: datetime | None = None) -> dict[str, dict[Key, Row]]:
@@ -84,7 +102,20 @@ def fold(file: CollectedFile, source: Source, until: datetime | None = None) -> 
     if not projections:
         return {}
     rebuild = Rebuild(projections)
-    rebuild.feed(source_events(file, source, until))
+    start = file.horizon_start(source.id)
+    if start is None or (until is not None and format_time(until) < start.recorded_at):
+        rebuild.feed(source_events(file, source, until))
+        return rebuild.tables
+    rebuild.feed(source_events(file, source, until, upto=start.position))
+    by_name = {p.name: p for p in projections}
+    for name, view in horizon_views(start, projections).items():  # as `fold_into`'s seed
+        image, table = by_name[name].table_image(view), rebuild.tables[name]
+        for key in by_name[name].table_image(rebuild.views[name]).keys() - image.keys():
+            table.pop(key, None)
+        rebuild.views[name] = view
+        table.update(image)
+    rebuild.from_horizon = True
+    rebuild.feed(source_events(file, source, until, after=start.position))
     return rebuild.tables
 
 
@@ -149,7 +180,26 @@ def fold_into(db: sqlite3.Connection, file: CollectedFile, source: Source) -> in
     writer = TableWriter(db, source.name, projections)
     router = Router(projections)
     views: dict[str, dict[Key, Row]] = {p.name: {} for p in projections}
+    start = file.horizon_start(source.id)
+
+    def seed(horizon: StoredHorizon) -> None:
+        """The views at the horizon replace what the events before it folded to; their rows are written, and
+        the rows of what was live before a gap but is no longer at the horizon (it ended in the gap, in
+        events the file does not hold) are removed: their last state is unknown, as in the log's own."""
+        by_name = {p.name: p for p in projections}
+        for name, view in horizon_views(horizon, projections).items():
+            projection = by_name[name]
+            image = projection.table_image(view)
+            for key in projection.table_image(views[name]).keys() - image.keys():
+                writer.apply(projection, Change(key, None))
+            views[name] = view
+            for key, row in image.items():
+                writer.apply(projection, Change(key, row))
+
     for count, event in enumerate(source_events(file, source), 1):
+        if start is not None and event.position > start.position:
+            seed(start)
+            start = None
         for projection in router.route(event):
             view = views[projection.name]
             for change in projection.fold(view, event):
@@ -162,6 +212,8 @@ def fold_into(db: sqlite3.Connection, file: CollectedFile, source: Source) -> in
                     writer.apply(projection, change)
         if count % FLUSH_EVENTS == 0:
             writer.flush()
+    if start is not None:  # no event after the horizon
+        seed(start)
     writer.flush()
     return writer.written
 

@@ -4,8 +4,11 @@ Written by `cdctl collect` (cdctl.collect) and read by the history commands. Eve
 (component, node, pod, log) and its original position and hash; `ranges` say which runs of positions each
 source holds and the hash each run is chained to, so each source's chain is checked on its own
 (`check_sources`), keyed or not, and against the heads each component served and published when it was
-read (`fetches`). The file is `application_id` 'cdcc' (an event log is 'cdct'): `kind_of(path)` tells them
-apart. Plain sqlite3, used from one thread at a time (the collector runs its writes on a worker thread).
+read (`fetches`). A compacted source's horizon snapshots (`store_horizon`) let its read models fold from its
+horizon (`horizon_start`); `check_source` ties each to the digest its chain recorded. The file is
+`application_id` 'cdcc' (an event log is 'cdct'): `kind_of(path)` tells them apart; a schema 1 file opened
+for writing gets the schema 2 table (`source_horizons`). Plain sqlite3, used from one thread at a time (the
+collector runs its writes on a worker thread).
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ import orjson
 
 from cdctl.domain import hashchain
 from cdctl.domain.errors import StoreError
-from cdctl.store import schema
+from cdctl.store import compaction, schema
 
 APPLICATION_ID = int.from_bytes(b"cdcc", "big")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_FILE = Path(__file__).with_name("collected.sql")
+HORIZONS_TABLE = "CREATE TABLE source_horizons"
 FILE_MODE = 0o600  # it holds every tenant's claims, as the logs it was collected from
 EVENT_COLUMNS = ("position", "stream", "version", "type", "schema_version", "data", "metadata", "recorded_at")
 EventRow = tuple[int, str, int, str, int, str, str, str, str]  # EVENT_COLUMNS + hash
@@ -50,6 +54,13 @@ def kind_of(path: Path) -> str:
         return "collected"
     schema.check_identity(path)  # raises for another application's database
     return "log"
+
+
+def _horizons_table() -> str:
+    """Schema 2's table, as collected.sql creates it (the upgrade of a schema 1 file)."""
+    script = SCHEMA_FILE.read_text()
+    start = script.index(HORIZONS_TABLE)
+    return script[start : script.index(");", start) + 2]
 
 
 def now_text() -> str:
@@ -92,6 +103,18 @@ class Fetch:
     events: int = 0
     head: tuple[int, str] | None = None
     published: tuple[int, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredHorizon:
+    """A source's compaction horizon and its projections' views there, as the source served them."""
+
+    position: int
+    record_position: int
+    anchor_hash: str
+    recorded_at: str
+    snapshot_digest: str
+    snapshots: dict[str, str]  # projection name -> its encoded view (cdctl.projections.sinks)
 
 
 @dataclass
@@ -150,6 +173,8 @@ class CollectedFile:
                 raise StoreError(f"{path}: empty file, not a collected file")
             script = SCHEMA_FILE.read_text()
             db.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {SCHEMA_VERSION};\nCOMMIT;")
+        elif version == 1 and not read_only:
+            db.executescript(f"BEGIN IMMEDIATE;\n{_horizons_table()}\nPRAGMA user_version = 2;\nCOMMIT;")
         return cls(path, db, read_only)
 
     def close(self) -> None:
@@ -331,6 +356,52 @@ class CollectedFile:
              fetch.error, fetch.after_position, fetch.events, *head, *published, now_text()),
         )  # fmt: skip
 
+    def store_horizon(self, source_id: int, horizon: StoredHorizon) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO source_horizons (source_id, position, record_position, anchor_hash,"
+                " recorded_at, snapshot_digest, name, state) VALUES (?,?,?,?,?,?,?,?)",
+                [
+                    (source_id, horizon.position, horizon.record_position, horizon.anchor_hash,
+                     horizon.recorded_at, horizon.snapshot_digest, name, state)
+                    for name, state in sorted(horizon.snapshots.items())
+                ],
+            )  # fmt: skip
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def horizons(self, source_id: int) -> list[StoredHorizon]:
+        """The source's stored horizons, oldest first (none in a schema 1 file)."""
+        if not self.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'source_horizons'"):
+            return []
+        found: dict[int, StoredHorizon] = {}
+        for row in self.query(
+            "SELECT position, record_position, anchor_hash, recorded_at, snapshot_digest, name, state"
+            " FROM source_horizons WHERE source_id = ? ORDER BY position, name",
+            (source_id,),
+        ):
+            position, record, anchor, recorded_at, digest, name, state = row
+            if position not in found:
+                found[position] = StoredHorizon(int(position), int(record), anchor, recorded_at, digest, {})
+            found[position].snapshots[str(name)] = str(state)
+        return list(found.values())
+
+    def horizon_start(self, source_id: int) -> StoredHorizon | None:
+        """The horizon a fold of the source starts from: its latest, unless the file holds every event up to
+        it in one run from the source's first event (then the events themselves tell more)."""
+        horizons = self.horizons(source_id)
+        if not horizons:
+            return None
+        latest = horizons[-1]
+        whole = self.query(
+            "SELECT 1 FROM ranges WHERE source_id = ? AND first_position = 1 AND last_position >= ?",
+            (source_id, latest.position),
+        )
+        return None if whole else latest
+
     # ---- reading ----------------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.db.execute(sql, tuple(params)).fetchall()
@@ -444,7 +515,46 @@ def check_source(file: CollectedFile, source: Source, keys: Sequence[bytes]) -> 
             if expected != last + 1:
                 check.bad(expected, f"missing from the collected run {first}-{last}")
     _check_heads(file, source, check, [(int(f), int(la)) for f, la, _ in ranges])
+    _check_horizons(file, source, check)
     return check
+
+
+def _check_horizons(file: CollectedFile, source: Source, check: SourceCheck) -> None:
+    """Each stored horizon snapshot must be the one the source's chain recorded: its digest recomputed, and
+    equal to (with the horizon and anchor) what the LogCompactionStarted at its record position says."""
+    for horizon in file.horizons(source.id):
+        rows = [(name, horizon.position, state) for name, state in horizon.snapshots.items()]
+        if compaction.snapshot_digest(rows) != horizon.snapshot_digest:
+            check.bad(horizon.record_position, f"the snapshot at horizon {horizon.position} was altered")
+            continue
+        found = file.query(
+            "SELECT type, data FROM source_events WHERE source_id = ? AND position = ?",
+            (source.id, horizon.record_position),
+        )
+        if not found:
+            check.notes.append(
+                f"horizon {horizon.position}: its record (position {horizon.record_position}) is not held"
+            )
+            continue
+        [(type_, data)] = found
+        try:
+            recorded = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            recorded = None
+        expected = {
+            "last_position": horizon.position,
+            "anchor_hash": horizon.anchor_hash,
+            "snapshot_digest": horizon.snapshot_digest,
+        }
+        if (
+            type_ != "LogCompactionStarted"
+            or not isinstance(recorded, dict)
+            or any(recorded.get(k) != v for k, v in expected.items())
+        ):
+            check.bad(
+                horizon.record_position,
+                f"the snapshot at horizon {horizon.position} is not the one its compaction record names",
+            )
 
 
 def _check_heads(

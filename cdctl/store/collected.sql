@@ -83,6 +83,22 @@ BEGIN SELECT RAISE(ABORT, 'collected events are append-only: UPDATE refused'); E
 CREATE TRIGGER source_events_are_never_deleted BEFORE DELETE ON source_events
 BEGIN SELECT RAISE(ABORT, 'collected events are append-only: DELETE refused'); END;
 
+-- The horizon snapshots a compacted source served with a run that starts at its horizon (schema 2): the
+-- views of its projections after event `position`, whose events the source no longer holds. The read models
+-- of a source whose runs do not reach back to its first event fold from here (cdctl.projections.collected).
+-- snapshot_digest is the one the source's LogCompactionStarted at record_position recorded in its chain.
+CREATE TABLE source_horizons (
+    source_id       INTEGER NOT NULL REFERENCES sources (id),
+    position        INTEGER NOT NULL, -- the horizon: the last event compaction removed
+    record_position INTEGER NOT NULL, -- its LogCompactionStarted event
+    anchor_hash     TEXT    NOT NULL,
+    recorded_at     TEXT    NOT NULL, -- the latest recorded_at among the removed events
+    snapshot_digest TEXT    NOT NULL,
+    name            TEXT    NOT NULL, -- the projection
+    state           TEXT    NOT NULL, -- its view, encoded as the source stored it
+    PRIMARY KEY (source_id, position, name)
+);
+
 -- Every event with its source's name, component and node: what `cdctl sql` and `cdctl events` read.
 CREATE VIEW events AS
 SELECT s.name AS source, s.component AS component, s.node AS node, e.source_id AS source_id,

@@ -16,6 +16,10 @@ The stream (format 1), one JSON object per line:
 - `{"kind": "event", ...}`: the full envelope: position, stream, version, type, schema_version, `data` and
   `metadata` as the stored JSON text (strings, so the chain can be recomputed byte for byte), recorded_at
   (the stored text) and hash.
+- `{"kind": "horizon", ...}` after the header, when the log was compacted and the stream starts at or before
+  its horizon (not narrowed by domain): the horizon (`position`, `record_position`, `anchor_hash`,
+  `recorded_at`, `snapshot_digest`) and `snapshots` (each projection's view there: `name`, `state`), so that a
+  collected copy folds its read models from the horizon as the log does (claims live before it included).
 - `{"kind": "end", "events": N, "last": {...}}`: the stream is complete; a stream without it was cut.
 
 Narrowing: `since` starts at the first event recorded at or after that instant and keeps every event after
@@ -166,6 +170,26 @@ class LogReader:
                 return horizon.anchor_hash
         return found
 
+    def horizon_line(self, request: ExportRequest, plan: _Plan) -> bytes | None:
+        """The horizon and its snapshots, for a stream that starts at or before a completed horizon."""
+        if request.domains:
+            return None  # the snapshots hold every domain's claims: a narrowed stream does not carry them
+        horizon = compaction.read_horizon(self.db)
+        if horizon is None or horizon.pending or plan.after > horizon.position:
+            return None
+        snapshots = compaction.horizon_snapshots(self.db)
+        return _line(
+            {
+                "kind": "horizon",
+                "position": horizon.position,
+                "record_position": horizon.record_position,
+                "anchor_hash": horizon.anchor_hash,
+                "recorded_at": horizon.recorded_at,
+                "snapshot_digest": horizon.snapshot_digest,
+                "snapshots": [{"name": name, "state": state} for name, _, state in snapshots],
+            }
+        )
+
     def plan(self, request: ExportRequest, summary: Summary) -> _Plan:
         head = summary.head.position if summary.head else 0
         after = request.after
@@ -301,6 +325,9 @@ async def export_lines(
         if plan.compacted_from is not None:
             fields["compacted_from"] = plan.compacted_from
         yield header(ref, summary, request, fields)
+        horizon = await _hop(reader.horizon_line, request, plan)
+        if horizon is not None:
+            yield horizon
         budget = request.limit
         while budget is None or budget > 0:
             size = PAGE if budget is None else min(PAGE, budget)

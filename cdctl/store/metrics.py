@@ -10,6 +10,8 @@
   (queueing behind the single writer included: what a decision waits for).
 - `cdctl_projection_lag_events{projection}` (`ProjectionLagCollector`): events committed that a projection
   runner has not folded yet.
+- With `--otlp-endpoint`, `OtlpExportCollector` adds the export's counts: cdctl_otlp_exported_events_total,
+  cdctl_otlp_dropped_events_total{reason} and cdctl_otlp_queued_events.
 
 Registered by the controller (cdctl.controller.app) and the kubelet plugin (cdctl.plugin.app) on their
 component registry (cdctl.metrics).
@@ -20,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cdctl.store.otlp import OtlpExport
 from cdctl.store.sqlite import SqliteEventStore
 
 APPEND_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -85,3 +88,29 @@ class ProjectionLagCollector(Collector):
         for name, position in sorted(self.positions().items()):
             lag.add_metric([name], max(0, head - position))
         yield lag
+
+
+class OtlpExportCollector(Collector):
+    """What the OTLP export (cdctl.store.otlp) sent and dropped; the dropped by reason."""
+
+    def __init__(self, export: OtlpExport) -> None:
+        self.export = export
+
+    def collect(self) -> Iterator[Metric]:
+        exported = CounterMetricFamily(
+            "cdctl_otlp_exported_events", "Committed events the OTLP endpoint accepted as log records"
+        )
+        exported.add_metric([], self.export.exported)
+        yield exported
+        dropped = CounterMetricFamily(
+            "cdctl_otlp_dropped_events",
+            "Committed events never exported: queue_full (the oldest, while the endpoint lagged),"
+            " export_failed (after every retry), shutdown (queued at exit). The local log keeps them all.",
+            labels=["reason"],
+        )
+        for reason, count in self.export.dropped.items():
+            dropped.add_metric([reason], count)
+        yield dropped
+        queued = GaugeMetricFamily("cdctl_otlp_queued_events", "Committed events waiting to be exported")
+        queued.add_metric([], self.export.queued())
+        yield queued

@@ -36,7 +36,7 @@ from cdctl.store import compaction, integrity, schema
 from cdctl.store.base import EventStore, HeadNotifier, StreamAppend
 from cdctl.store.driver import driver_of, fetchall, in_driver_thread
 from cdctl.store.sealing import format_time
-from cdctl.store.writer import SyncFn, WriteFn, Writer, locked_or_failed
+from cdctl.store.writer import CommitListener, SyncFn, WriteFn, Writer, locked_or_failed
 
 PRAGMAS = (
     "PRAGMA journal_mode = WAL",
@@ -254,6 +254,10 @@ class SqliteEventStore(EventStore):
             return await in_driver_thread(self._read_driver, fn)
         except sqlite3.OperationalError as exc:
             raise locked_or_failed(exc, str(self.path)) from exc
+
+    def add_commit_listener(self, listener: CommitListener) -> None:
+        """`listener(events)` on the loop after each commit (cdctl.store.otlp); it must return at once."""
+        self._require_writer().commit_listeners.append(listener)
 
     def chain_head(self) -> tuple[int, str]:
         """The last committed (position, hash): what a component publishes so a cut tail can be detected."""

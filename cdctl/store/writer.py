@@ -2,7 +2,8 @@
 
 Appends and other write jobs (projection updates, snapshots) are queued to it. It takes whatever is queued
 (group commit), seals appends against the log's tip, and commits them in one `BEGIN IMMEDIATE` transaction;
-each caller's future resolves only after the commit is durable, then subscribers are woken. A conflicting
+each caller's future resolves only after the commit is durable, then subscribers are woken and the commit
+listeners (cdctl.store.otlp) are handed the committed events. A conflicting
 append fails alone; a failed commit fails its group and the tip is reloaded from the file. A sync job runs a
 function on the driver's thread in one hop, alone in its own transaction, after the append it carries if any
 (compaction's record and its bounded batches: cdctl.store.compaction); being queued like any append, it
@@ -19,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -30,8 +32,11 @@ from cdctl.store.base import HeadNotifier, StreamAppend
 from cdctl.store.driver import driver_of, in_driver_thread
 from cdctl.store.sealing import Chain, SealedEvent, seal, utc_now
 
+log = structlog.get_logger(__name__)
+
 WriteFn = Callable[[AsyncConnection], Awaitable[Any]]
 SyncFn = Callable[[sqlite3.Connection, list[RecordedEvent]], Any]
+CommitListener = Callable[[list[RecordedEvent]], None]
 
 _INSERT_EVENT = (
     "INSERT INTO events (position, stream, version, type, schema_version, data, metadata, recorded_at, hash)"
@@ -74,6 +79,8 @@ class Writer:
         self._dead: StoreError | None = None
         self._inflight: list[_Job] = []
         self._driver: Any = None
+        # Called on the loop with each commit's events, after it is durable (OTLP export): must not wait.
+        self.commit_listeners: list[CommitListener] = []
 
     async def start(self) -> None:
         self._driver = await driver_of(self._conn)
@@ -279,6 +286,7 @@ class Writer:
             self._chain.observed.clear()
         self._published()
         self._resolve(jobs, outcomes)
+        self._tell([s.event for outcome in outcomes if not isinstance(outcome, Exception) for s in outcome])
 
     def _sync_transaction(self, db: sqlite3.Connection, job: _Job) -> tuple[list[RecordedEvent], Any]:
         assert job.sync is not None
@@ -323,6 +331,16 @@ class Writer:
         if recorded:
             self._published()
         _settle(job, (recorded, result))
+        self._tell(recorded)
+
+    def _tell(self, committed: list[RecordedEvent]) -> None:
+        if not committed:
+            return
+        for listener in self.commit_listeners:
+            try:
+                listener(committed)
+            except Exception as exc:  # a listener's failure never fails the commit it hears of
+                log.warning("commit listener failed", log=self._path, error=repr(exc))
 
     @staticmethod
     def _resolve(jobs: list[_Job], outcomes: list[_Outcome]) -> None:

@@ -1,5 +1,6 @@
 """Helpers for the rack tests of domains that change shape: a socket-safe work directory, waiting for a
-condition with a bounded time, scaling a Job, and the domain's uid."""
+condition with a bounded time, scaling a Job, the domain's uid, the moment formation is under way, and the
+controller replica that holds the Lease."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.sim.rack.checks import CD_GROUP
 from cdctl.sim.rack.launch import Rack
 
@@ -53,3 +55,26 @@ def beyond_faults(problems: list[str], killed_plugins: set[str]) -> list[str]:
     it would on a real node; anything else the stream said, and every other problem, stays."""
     prefixes = tuple(f"{node}: NodeWatchResources of " for node in killed_plugins)
     return [p for p in problems if not p.startswith(prefixes)]
+
+
+LEASE = "nvidia-compute-domain-controller"
+
+
+async def at_mid_formation(rack: Rack, workers_running: Callable[[], bool]) -> None:
+    """Wait until the controller has acted (daemon DaemonSet made, a node labelled) and no worker runs yet."""
+
+    def missing() -> str | None:
+        daemonsets, _ = rack.store.list_objects(rack.store.type_of("apps", "daemonsets"), copies=False)
+        nodes, _ = rack.store.list_objects(rack.store.type_of("", "nodes"), copies=False)
+        labelled = any(LABEL_COMPUTE_DOMAIN in (n["metadata"].get("labels") or {}) for n in nodes)
+        return None if daemonsets and labelled and not workers_running() else "not yet"
+
+    await until("formation under way", missing, timeout_s=60)
+
+
+def leader(rack: Rack) -> str:
+    """The Lease holder's identity (the controller pod's name and a suffix); empty when none holds it."""
+    lease = rack.store.get(
+        rack.store.type_of("coordination.k8s.io", "leases"), rack.settings.driver_namespace, LEASE
+    )
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")

@@ -31,11 +31,10 @@ from cdctl.sim.rack.launch import Rack
 from cdctl.sim.rack.observe import domain_shape, unsettled
 from cdctl.sim.rack.scenario import DomainPlan, ScenarioReport, run_scenario
 from cdctl.sim.rack.settings import RackSettings
-from tests.integration.support import beyond_faults, until
+from tests.integration.support import at_mid_formation, beyond_faults, leader, until
 
 pytestmark = pytest.mark.integration
 NAMESPACE, DOMAIN, JOB = "team-a", "nvl", "nvl-job"
-LEASE = "nvidia-compute-domain-controller"
 Fault = Callable[[Rack], Awaitable[None]]
 
 
@@ -125,16 +124,8 @@ async def test_force_deleting_every_imex_daemon_reforms_the_domain(work_dir: Pat
         assert restarts == []
 
 
-def _mid_formation(rack: Rack) -> bool:
-    """The controller has acted (daemon DaemonSet made, a node labelled) but no worker runs yet."""
-    daemonsets, _ = rack.store.list_objects(rack.store.type_of("apps", "daemonsets"), copies=False)
-    nodes, _ = rack.store.list_objects(rack.store.type_of("", "nodes"), copies=False)
-    labelled = any(LABEL_COMPUTE_DOMAIN in (n["metadata"].get("labels") or {}) for n in nodes)
-    return bool(daemonsets) and labelled and not _workers(rack)
-
-
 async def _at_mid_formation(rack: Rack) -> None:
-    await until("formation under way", lambda: None if _mid_formation(rack) else "not yet", timeout_s=60)
+    await at_mid_formation(rack, lambda: bool(_workers(rack)))
 
 
 @pytest.mark.parametrize("keep_log", [True, False], ids=["on its volume", "log lost"])
@@ -179,13 +170,6 @@ async def test_a_plugin_killed_during_prepare_restarts_and_the_claim_is_prepared
         assert restarts == [f"plugin {killed[0]} (exit -9)"]
 
 
-def _leader(rack: Rack) -> str:
-    lease = rack.store.get(
-        rack.store.type_of("coordination.k8s.io", "leases"), rack.settings.driver_namespace, LEASE
-    )
-    return str((lease.get("spec") or {}).get("holderIdentity") or "")
-
-
 async def test_a_new_leader_takes_over_when_the_leader_is_force_deleted(work_dir: Path) -> None:
     """As the bats case checks: a new holder of the Lease (the standby, or the deleted leader's replacement
     pod if it asks first: both wait out the lease duration), and the domain forms."""
@@ -193,14 +177,14 @@ async def test_a_new_leader_takes_over_when_the_leader_is_force_deleted(work_dir
 
     async def fault(rack: Rack) -> None:
         await _at_mid_formation(rack)
-        holder = _leader(rack)
+        holder = leader(rack)
         replica = next(r for r in rack.controllers if holder.startswith(rack.controller_pod(r) + "-"))
         began = time.monotonic()
         await delete_controller_pod(rack, replica)
         await until(
-            "another replica takes the Lease", lambda: None if _leader(rack) not in ("", holder) else holder
+            "another replica takes the Lease", lambda: None if leader(rack) not in ("", holder) else holder
         )
-        took_over.append((time.monotonic() - began, _leader(rack)))
+        took_over.append((time.monotonic() - began, leader(rack)))
 
     async with Rack(_settings(work_dir, 2, replicas=2)) as rack:
         report, restarts = await _scenario(rack, 2, while_forming=fault)

@@ -28,9 +28,10 @@ def test_identity_and_schema(tmp_path: Path) -> None:
     assert (
         db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID == int.from_bytes(b"cdcc", "big")
     )
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     assert {"collections", "sources", "ranges", "fetches", "source_events", "events"} <= tables
+    assert "source_horizons" in tables
     assert path.stat().st_mode & 0o777 == 0o600
     assert kind_of(path) == "collected"
     (tmp_path / "foreign.db").write_bytes(b"not sqlite at all, not at all, really not")

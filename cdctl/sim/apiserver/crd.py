@@ -51,6 +51,7 @@ def resource_types_for(crd: dict[str, Any]) -> list[ResourceType]:
                 field_selectors=selectable,
                 schema=schema,
                 builtin=False,
+                printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             )
         )
     return types

@@ -221,7 +221,7 @@ class ApiRoutes:
     ) -> web.Response:
         body = self._out(target, obj)
         if wants_table(request.headers.get("Accept", "")):
-            return _json(as_table([body], self.store.resource_version))
+            return _json(as_table([body], self.store.resource_version, target.resource_type))
         return _json(body, status)
 
     def _read(self, target: Target) -> dict[str, Any]:
@@ -251,7 +251,7 @@ class ApiRoutes:
             items = items[:limit]
         converted = [self._out(target, item) for item in items]
         if wants_table(request.headers.get("Accept", "")):
-            return _json(as_table(converted, resource_version))
+            return _json(as_table(converted, resource_version, target.resource_type))
         resource_type = target.resource_type
         return _json(
             {

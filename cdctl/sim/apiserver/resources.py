@@ -35,6 +35,7 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
     builtin: bool = True
+    printer_columns: tuple[dict[str, Any], ...] = field(default=(), compare=False, hash=False)  # a CRD's
 
     @property
     def api_version(self) -> str:

@@ -241,10 +241,13 @@ class Rack:
         return collector_service_account(self.chart_values())
 
     def _component_flags(self, local_port: int) -> list[str]:
-        """The chart's HTTP endpoint and event-log reader flags, the endpoint on this machine's loopback."""
+        """The chart's HTTP endpoint, event-log reader and OTLP export flags, the endpoint on this machine's
+        loopback."""
         flags = ["--http-endpoint", f"{LOCAL_HOST}:{local_port}"]
         if self.collector_account:
             flags += ["--event-log-reader", f"{self.settings.driver_namespace}/{self.collector_account}"]
+        if self.settings.otlp_endpoint:
+            flags += ["--otlp-endpoint", self.settings.otlp_endpoint]
         return flags
 
     def _label_gpu_nodes(self) -> None:

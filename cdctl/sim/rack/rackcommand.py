@@ -3,13 +3,18 @@
 `run_rack_command(directory, nodes, racks, mode)` returns the exit code: 0 only when the rack started, every
 worker ran with channel0 and teardown left nothing behind; 1 otherwise (the summary lists what failed). With
 `rack_domains` the controller creates one domain per rack and each rack's job uses it (cdctl.domain.racks).
-Called by cdctl.cli.sim.
+With `hold_s` the formed rack is kept running that long (or until Ctrl-C) before the teardown, and the
+commands that look at it are printed: `kubectl` and `cdctl collect` with the rack's kubeconfig (the API
+server's address and an admin token, `<directory>/kubeconfig`). Called by cdctl.cli.sim.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
+import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -37,8 +42,46 @@ def work_dir_problem(directory: Path) -> str | None:
     return None
 
 
+def held_commands(rack: Rack, plans: list[DomainPlan]) -> list[str]:
+    """What to run against a held rack, each a shell command line."""
+    kubeconfig = shlex.quote(str(rack.kubeconfig))
+    collected = shlex.quote(str(rack.work_dir / "collected.db"))
+    plan = plans[0]
+    cdctl = cdctl_command()  # the cdctl that runs here, as a shell finds it
+    return [
+        f"kubectl --kubeconfig {kubeconfig} get computedomains -A",
+        f"kubectl --kubeconfig {kubeconfig} get pods -A -o wide",
+        f"{cdctl} collect --kubeconfig {kubeconfig} -n {rack.settings.driver_namespace} -o {collected}",
+        f"{cdctl} history --db {collected} computedomain/{plan.namespace}/{plan.name}",
+    ]
+
+
+def holding(console: Console, plans: list[DomainPlan], hold_s: float) -> Callable[[Rack], Awaitable[None]]:
+    """The scenario's `while_formed`: print the commands, then wait `hold_s` seconds or for Ctrl-C."""
+
+    async def hold(rack: Rack) -> None:
+        console.print(
+            f"rack formed; held for {hold_s:g} s (Ctrl-C ends the hold, then the rack is torn down)."
+            f" The simulated API server is {rack.cluster.url}; try:",
+            markup=False, highlight=False, soft_wrap=True,
+        )  # fmt: skip
+        for command in held_commands(rack, plans):
+            console.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
+        interrupted = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, interrupted.set)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(interrupted.wait(), hold_s)
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+        console.print("hold over: tearing the rack down", markup=False, highlight=False)
+
+    return hold
+
+
 async def _run(
-    console: Console, settings: RackSettings, plans: list[DomainPlan]
+    console: Console, settings: RackSettings, plans: list[DomainPlan], hold_s: float = 0.0
 ) -> tuple[Rack, ScenarioReport | None, str]:
     rack = Rack(settings)
     nodes = len(rack.topology.nodes)
@@ -52,8 +95,11 @@ async def _run(
             console.print(
                 f"rack up in {rack.timings.cluster_s + rack.timings.components_s:.1f} s; running the scenario"
             )
-            with LiveView(console) as view:
-                report = await run_scenario(rack, plans, observe=view)
+            if hold_s > 0:  # the live view would redraw over the printed commands
+                report = await run_scenario(rack, plans, while_formed=holding(console, plans, hold_s))
+            else:
+                with LiveView(console) as view:
+                    report = await run_scenario(rack, plans, observe=view)
             console.print("collecting the rack's event logs to draw the formation timeline")
             report.timelines = await draw_timelines(rack, [(p.namespace, p.name) for p in plans])
     except RackStartError as error:
@@ -68,7 +114,9 @@ def rack_domain_plans(nodes: int, racks: int) -> list[DomainPlan]:
     return [DomainPlan(rack_domain_name(c), DOMAIN_NAMESPACE, workers=nodes, rack=c) for c in cliques]
 
 
-def run_rack_command(directory: Path, nodes: int, racks: int, mode: str, rack_domains: bool = False) -> int:
+def run_rack_command(
+    directory: Path, nodes: int, racks: int, mode: str, rack_domains: bool = False, hold_s: float = 0.0
+) -> int:
     console = Console()
     problem = work_dir_problem(directory)
     if problem:
@@ -83,7 +131,7 @@ def run_rack_command(directory: Path, nodes: int, racks: int, mode: str, rack_do
         if rack_domains
         else [DomainPlan(DOMAIN_NAME, DOMAIN_NAMESPACE, workers=nodes, jobs=racks)]
     )
-    rack, report, failure = asyncio.run(_run(console, settings, plans))
+    rack, report, failure = asyncio.run(_run(console, settings, plans, hold_s))
     if report is None:
         console.print(f"cdctl sim rack: the rack did not start: {failure}", style="red")
         console.print(f"process logs: {rack.logs_dir}")

@@ -37,6 +37,7 @@ class RackSettings:
     node_timings: NodeTimings = field(default_factory=NodeTimings)
     controller_replicas: int = 1  # more than one: leader election on, as the chart's `controller.replicas`
     leader_election_s: tuple[float, float, float] = (4.0, 3.0, 0.5)  # lease, renew deadline, retry period
+    otlp_endpoint: str = ""  # the components' --otlp-endpoint (chart: eventLog.otlpEndpoint); "": none
 
     @property
     def host_managed(self) -> bool:
