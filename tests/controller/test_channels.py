@@ -23,8 +23,9 @@ from cdctl.cli.main import cli
 from cdctl.controller.manager import ControllerManager
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.store.sqlite import SqliteEventStore
+from tests.chart.conftest import chart_policies, chart_rbac
 from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, Cluster, eventually
-from tests.controller.test_standby import read_log
+from tests.controller.test_standby import LEASE, as_pod, read_log
 
 CLIQUE = "7a0e3f1c-2b44-4c6e-8f11-000000000001.1"
 OTHER_CLIQUE = "7a0e3f1c-2b44-4c6e-8f11-000000000002.1"
@@ -290,3 +291,54 @@ async def test_history_and_sql_show_who_held_which_channel(tmp_path: Path) -> No
         {"name": "mine", "channel": 1, "clique": CLIQUE, "node": "node-a", "source": "picked"},
         {"name": "theirs", "channel": 2, "clique": CLIQUE, "node": "node-a", "source": "picked"},
     ]
+
+
+CHANNEL_CHART = {
+    "controller": {"leaderElection": {"enabled": True}},
+    "featureGates": {"HostManagedIMEX": True},
+    "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
+}
+
+
+async def test_a_new_leader_keeps_every_assignment_made_before_it_mid_formation(tmp_path: Path) -> None:
+    """Both replicas run under the chart's RBAC and policies for channel isolation. The standby records the
+    channel the leader published; the leader dies while a second domain forms; the new leader keeps the first
+    domain's number (recorded as observed) and gives the second another one."""
+    async with Cluster(tmp_path) as cluster:
+        cluster.server.rbac.load(chart_rbac(DRIVER_NAMESPACE, CHANNEL_CHART))
+        cluster.server.load_policies(chart_policies(DRIVER_NAMESPACE, CHANNEL_CHART))
+
+        async def replica(pod: str) -> tuple[asyncio.Task[None], ControllerManager]:
+            return await cluster.start_controller(
+                pod_name=pod, kubeconfig=as_pod(cluster, pod), db_path=str(tmp_path / f"{pod}.db"),
+                leader_election=LEASE, wait_synced=False, **HOST_MANAGED,
+            )  # fmt: skip
+
+        leader_task, leader = await replica("controller-a")
+        await eventually(lambda: leader.leading)
+        _, standby = await replica("controller-b")
+        await standby.synced.wait()
+        gpu_node(cluster, "node-a")
+        first = await domain_with_claim(cluster, "first", "node-a")
+        await eventually(lambda: channel_of(cluster, first) == 1)
+        await eventually(lambda: standby.journal.channels.of_domain(first) == {CLIQUE: 1})
+        assert cluster.server.audit.writes(pod="controller-b") == []
+
+        assert leader.elector is not None
+        leader.elector.is_leader = False  # killed: the Lease is not released
+        await cluster.stop_controller(leader_task)
+        second = await domain_with_claim(cluster, "second", "node-a")  # forming while nobody leads
+        await eventually(lambda: standby.leading)
+        await eventually(lambda: channel_of(cluster, second) == 2)
+        await eventually(lambda: status(cluster, "first").get("status") == "Ready")
+        assert channel_of(cluster, first) == 1
+        assert cluster.server.rbac.denials == [] and cluster.server.store.policies.denials == []
+
+    events = await read_log(tmp_path / "controller-b.db")
+    acquired = next(e.position for e in events if e.type == "LeadershipAcquired")
+    decisions = [
+        (e.data["domain_uid"], e.data["channel"], e.data["source"], e.position > acquired)
+        for e in events
+        if e.type == "ImexChannelAssigned"
+    ]
+    assert decisions == [(first, 1, "observed", True), (second, 2, "picked", True)]
