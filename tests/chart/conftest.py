@@ -28,6 +28,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "imagePullSecrets": [{"name": "registry-creds"}],
     },
     "host-managed": {"featureGates": {"HostManagedIMEX": True}},
+    "channel": {"resources": {"computeDomains": {"imex": {"isolation": "channel"}, "imexChannelCount": 64}}},
+    "channel-host-managed": {
+        "featureGates": {"HostManagedIMEX": True},
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
+    },
     "leader-election": {"controller": {"replicas": 2, "leaderElection": {"enabled": True}}},
     "rack-domains": {
         "controller": {
