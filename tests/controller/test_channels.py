@@ -342,3 +342,19 @@ async def test_a_new_leader_keeps_every_assignment_made_before_it_mid_formation(
         if e.type == "ImexChannelAssigned"
     ]
     assert decisions == [(first, 1, "observed", True), (second, 2, "picked", True)]
+
+
+async def test_a_node_without_a_clique_label_waits_until_it_gets_one(tmp_path: Path) -> None:
+    async with Cluster(tmp_path) as cluster:
+        await cluster.start_controller(**HOST_MANAGED)
+        nodes = cluster.type_of("", "nodes")
+        cluster.server.store.create(nodes, "", {"metadata": {"name": "node-a", "labels": {}}})
+        uid = await domain_with_claim(cluster, "job", "node-a")
+        await eventually(lambda: status(cluster, "job").get("reason") == "NodeWithoutClique")
+        assert "node-a" in status(cluster, "job")["message"] and channel_of(cluster, uid) is None
+        node = cluster.get("", "nodes", "", "node-a")
+        assert node is not None
+        node["metadata"]["labels"] = {CLIQUE_NODE_LABEL: CLIQUE}  # GPU Feature Discovery catches up
+        cluster.server.store.update(nodes, "", "node-a", node)
+        await eventually(lambda: channel_of(cluster, uid) == 1)
+        await eventually(lambda: status(cluster, "job").get("status") == "Ready")
