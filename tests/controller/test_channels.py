@@ -21,6 +21,7 @@ from prometheus_client import generate_latest
 from cdctl.api.isolation import CHANNEL_ISOLATION_DEVICE_CLASS, CLIQUE_NODE_LABEL, ImexIsolation
 from cdctl.cli.main import cli
 from cdctl.controller.manager import ControllerManager
+from cdctl.controller.observations import allocated_node, kept_form
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.store.sqlite import SqliteEventStore
 from tests.chart.conftest import chart_policies, chart_rbac
@@ -358,3 +359,25 @@ async def test_a_node_without_a_clique_label_waits_until_it_gets_one(tmp_path: P
         cluster.server.store.update(nodes, "", "node-a", node)
         await eventually(lambda: channel_of(cluster, uid) == 1)
         await eventually(lambda: status(cluster, "job").get("status") == "Ready")
+
+
+def test_a_claims_node_is_read_from_its_allocation_and_little_else_is_kept() -> None:
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}
+    claim = {
+        "metadata": {"name": "c", "namespace": USER_NAMESPACE, "managedFields": [{"big": 1}]},
+        "spec": {"devices": {"requests": [{"name": "channel"}]}},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"pool": "node-a"}]},
+                "nodeSelector": {"nodeSelectorTerms": [term]},
+            }
+        },
+    }
+    kept = kept_form("ResourceClaim", claim)
+    assert allocated_node(kept) == allocated_node(claim) == "node-a"
+    assert "spec" not in kept and "managedFields" not in kept["metadata"]
+    assert (
+        allocated_node({"status": {}}) == allocated_node(kept_form("ResourceClaim", {"metadata": {}})) == ""
+    )
+    two = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}
+    assert allocated_node({"status": {"allocation": {"nodeSelector": {"nodeSelectorTerms": [two]}}}}) == ""
