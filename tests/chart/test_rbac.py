@@ -180,7 +180,10 @@ def test_channel_isolation_grants_claims_nodes_and_cliques_and_no_daemonsets(
         ("*", "", "nodes"): READ,  # the clique label; no per-domain node label to patch
         (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): CRUD,
     }
-    assert _grants(rendered["channel-driver-managed"])[CONTROLLER] == {**common, (NAMESPACE, "", "pods"): READ}
+    assert _grants(rendered["channel-driver-managed"])[CONTROLLER] == {
+        **common,
+        (NAMESPACE, "", "pods"): READ,
+    }
     assert _grants(rendered["channel-host-managed"])[CONTROLLER] == common
 
 

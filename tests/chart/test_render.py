@@ -100,7 +100,9 @@ def test_default_render_holds_the_expected_objects(rendered: dict[str, list[dict
 
 
 def test_channel_isolation_reaches_the_controller(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    (container,) = one(rendered["channel-driver-managed"], "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    (container,) = one(rendered["channel-driver-managed"], "StatefulSet")["spec"]["template"]["spec"][
+        "containers"
+    ]
     env = env_of(container)
     assert (env["IMEX_ISOLATION"], env["IMEX_CHANNEL_COUNT"]) == ("channel", "64")
 

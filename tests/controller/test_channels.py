@@ -100,6 +100,17 @@ async def domain_with_claim(cluster: Cluster, name: str, node: str) -> str:
     return uid
 
 
+async def two_domains_on_one_node(cluster: Cluster, first: str, second: str) -> tuple[str, str]:
+    """Two domains, a claim of each on node-a: channels 1 and 2."""
+    gpu_node(cluster, "node-a")
+    uids = (
+        await domain_with_claim(cluster, first, "node-a"),
+        await domain_with_claim(cluster, second, "node-a"),
+    )
+    await eventually(lambda: (channel_of(cluster, uids[0]), channel_of(cluster, uids[1])) == (1, 2))
+    return uids
+
+
 async def test_each_domain_gets_its_own_channel_published_on_its_clique_object(tmp_path: Path) -> None:
     async with Cluster(tmp_path) as cluster:
         await cluster.start_controller(**HOST_MANAGED)
@@ -175,10 +186,7 @@ async def test_a_restart_rebuilds_the_assignments_from_the_log(tmp_path: Path) -
     db = tmp_path / "controller.db"
     async with Cluster(tmp_path) as cluster:
         task, _ = await cluster.start_controller(db_path=str(db), **HOST_MANAGED)
-        gpu_node(cluster, "node-a")
-        first = await domain_with_claim(cluster, "a", "node-a")
-        second = await domain_with_claim(cluster, "b", "node-a")
-        await eventually(lambda: (channel_of(cluster, first), channel_of(cluster, second)) == (1, 2))
+        first, second = await two_domains_on_one_node(cluster, "a", "b")
         cluster.delete_domain("a")
         release_claim(cluster, "a-worker-0")
         await eventually(lambda: channel_of(cluster, first) is None)
@@ -272,10 +280,7 @@ async def test_history_and_sql_show_who_held_which_channel(tmp_path: Path) -> No
     db = tmp_path / "controller.db"
     async with Cluster(tmp_path) as cluster:
         task, _ = await cluster.start_controller(db_path=str(db), **HOST_MANAGED)
-        gpu_node(cluster, "node-a")
-        mine = await domain_with_claim(cluster, "mine", "node-a")
-        theirs = await domain_with_claim(cluster, "theirs", "node-a")
-        await eventually(lambda: (channel_of(cluster, mine), channel_of(cluster, theirs)) == (1, 2))
+        mine, theirs = await two_domains_on_one_node(cluster, "mine", "theirs")
         await cluster.stop_controller(task)
 
     history = await run_cli(["history", "--db", str(db), f"computedomain/{USER_NAMESPACE}/mine"])
