@@ -66,6 +66,12 @@ def test_exhaustion_counts_channel_zero_out() -> None:
     assert book.pick(4) == 1
 
 
+def test_a_replaced_number_is_not_fresh_again_but_reused_last() -> None:
+    book = CliqueChannels(CLIQUE).assign("a", 1).assign("a", 2)  # e.g. an admin edited the clique object
+    assert book.held["a"].channel == 2 and book.released == (1,)
+    assert book.pick(8) == 3
+
+
 def test_assigning_a_held_channel_to_another_domain_is_refused() -> None:
     book = CliqueChannels(CLIQUE).assign("a", 1)
     with pytest.raises(ValueError, match="held by a"):
