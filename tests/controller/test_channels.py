@@ -22,9 +22,14 @@ from cdctl.api.isolation import CHANNEL_ISOLATION_DEVICE_CLASS, CLIQUE_NODE_LABE
 from cdctl.cli.main import cli
 from cdctl.controller.manager import ControllerManager
 from cdctl.controller.observations import allocated_node, kept_form
+from cdctl.domain.channels import ImexChannelAssigned, ImexChannelReleased
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
+from cdctl.projections.collected import ensure_read_models, rebuild
+from cdctl.store.collected import CollectedFile
+from cdctl.store.export import LogRef
 from cdctl.store.sqlite import SqliteEventStore
 from tests.chart.conftest import chart_policies, chart_rbac
+from tests.collect.harness import store_locally, write_log
 from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, Cluster, eventually
 from tests.controller.test_standby import LEASE, as_pod, read_log
 
@@ -289,13 +294,13 @@ async def test_history_and_sql_show_who_held_which_channel(tmp_path: Path) -> No
     assert theirs not in history.output  # the clique's stream is shared: only this domain's events
     stream = await run_cli(["history", "--db", str(db), f"channels/{CLIQUE}"])
     assert stream.output.count("ImexChannelAssigned") == 2
-    query = "SELECT name, channel, clique, node, source FROM channel_assignments ORDER BY channel"
+    query = "SELECT name, channel, clique, node, how FROM channel_assignments ORDER BY channel"
     sql = await run_cli(["sql", "--db", str(db), "--json", query])
     assert sql.exit_code == 0, sql.output
     rows = json.loads(sql.output)
     assert rows == [
-        {"name": "mine", "channel": 1, "clique": CLIQUE, "node": "node-a", "source": "picked"},
-        {"name": "theirs", "channel": 2, "clique": CLIQUE, "node": "node-a", "source": "picked"},
+        {"name": "mine", "channel": 1, "clique": CLIQUE, "node": "node-a", "how": "picked"},
+        {"name": "theirs", "channel": 2, "clique": CLIQUE, "node": "node-a", "how": "picked"},
     ]
 
 
@@ -386,3 +391,32 @@ def test_a_claims_node_is_read_from_its_allocation_and_little_else_is_kept() -> 
     )
     two = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}
     assert allocated_node({"status": {"allocation": {"nodeSelector": {"nodeSelectorTerms": [two]}}}}) == ""
+
+
+async def test_a_collected_file_shows_the_assignments_per_source(tmp_path: Path) -> None:
+    """`cdctl collect` of two controller replicas' logs: the same view, with the log each row came from."""
+    a, b = "3b9f6a2e-1c4d-4e8f-9a0b-7c6d5e4f3a21", "9c1e0d4b-2a3f-4b5c-8d7e-6f5a4b3c2d10"
+    stream = f"channels/{CLIQUE}"
+    await write_log(
+        tmp_path / "c0.db",
+        [
+            (stream, ImexChannelAssigned(CLIQUE, 1, a, USER_NAMESPACE, "a", "node-a", "team-a/w0")),
+            (stream, ImexChannelReleased(CLIQUE, 1, a, USER_NAMESPACE, "a", "gone")),
+        ],
+    )
+    await write_log(tmp_path / "c1.db", [(stream, ImexChannelAssigned(CLIQUE, 2, b, USER_NAMESPACE, "b"))])
+    path = tmp_path / "collected.db"
+    with CollectedFile.open(path, create=True) as file:
+        ensure_read_models(file)
+        for pod in ("c0", "c1"):
+            await store_locally(file, LogRef("controller", "controller", tmp_path / f"{pod}.db"), pod=pod)
+        rebuild(file, file.sources())
+    query = "SELECT source, channel, name, node, released_at IS NOT NULL AS released FROM channel_assignments"
+    result = await run_cli(["sql", "--db", str(path), "--json", f"{query} ORDER BY channel"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [(r["channel"], r["name"], r["node"], r["released"]) for r in rows] == [
+        (1, "a", "node-a", 1),
+        (2, "b", "", 0),
+    ]
+    assert rows[0]["source"] != rows[1]["source"]
