@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 from prometheus_client import generate_latest
 
@@ -97,6 +98,19 @@ def status(cluster: Cluster, name: str) -> dict[str, Any]:
 
 def free_channels(manager: ControllerManager, clique: str = CLIQUE) -> float | None:
     return manager.metrics.registry.get_sample_value("cdctl_imex_channels_free", {"clique": clique})
+
+
+def shared_daemon(cluster: Cluster, node: str) -> None:
+    """The chart's shared IMEX daemon pod on `node`, Ready (driver-managed channel isolation)."""
+    body = {
+        "metadata": {
+            "name": f"cdctl-imex-daemon-{node}",
+            "labels": {"app.kubernetes.io/component": "imex-daemon"},
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "imex", "image": "x"}]},
+    }
+    pod = cluster.server.store.create(cluster.type_of("", "pods"), DRIVER_NAMESPACE, body)
+    cluster.set_pod(pod, ip="10.0.0.5", ready=True)
 
 
 async def domain_with_claim(cluster: Cluster, name: str, node: str) -> str:
@@ -257,19 +271,7 @@ async def test_driver_managed_ready_waits_for_the_shared_daemon_of_each_node(tmp
         await eventually(lambda: status(cluster, "job").get("channels") == f"{CLIQUE}:1")
         assert status(cluster, "job")["status"] == "NotReady"
         assert status(cluster, "job")["reason"] == "IMEXDaemonNotReady"
-        pods = cluster.type_of("", "pods")
-        pod = cluster.server.store.create(
-            pods,
-            DRIVER_NAMESPACE,
-            {
-                "metadata": {
-                    "name": "cdctl-imex-daemon-abcde",
-                    "labels": {"app.kubernetes.io/component": "imex-daemon"},
-                },
-                "spec": {"nodeName": "node-a", "containers": [{"name": "imex", "image": "x"}]},
-            },
-        )
-        cluster.set_pod(pod, ip="10.0.0.5", ready=True)
+        shared_daemon(cluster, "node-a")
         await eventually(lambda: status(cluster, "job").get("status") == "Ready")
         assert cluster.list("apps", "daemonsets") == []
         metrics = generate_latest(cluster.controllers[0][1][0].metrics.registry).decode()
@@ -304,25 +306,29 @@ async def test_history_and_sql_show_who_held_which_channel(tmp_path: Path) -> No
     ]
 
 
-CHANNEL_CHART = {
-    "controller": {"leaderElection": {"enabled": True}},
-    "featureGates": {"HostManagedIMEX": True},
-    "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
-}
-
-
-async def test_a_new_leader_keeps_every_assignment_made_before_it_mid_formation(tmp_path: Path) -> None:
-    """Both replicas run under the chart's RBAC and policies for channel isolation. The standby records the
-    channel the leader published; the leader dies while a second domain forms; the new leader keeps the first
-    domain's number (recorded as observed) and gives the second another one."""
+@pytest.mark.parametrize("host_managed", [True, False], ids=["host-managed", "driver-managed"])
+async def test_a_new_leader_keeps_every_assignment_made_before_it_mid_formation(
+    tmp_path: Path, host_managed: bool
+) -> None:
+    """Both replicas run under the chart's RBAC and policies for channel isolation, in each IMEX mode. The
+    standby records the channel the leader published; the leader dies while a second domain forms; the new
+    leader keeps the first domain's number (recorded as observed) and gives the second another one."""
+    chart = {
+        "controller": {"leaderElection": {"enabled": True}},
+        "featureGates": {"HostManagedIMEX": host_managed},
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
+    }
+    settings = HOST_MANAGED if host_managed else {"imex_isolation": ImexIsolation.CHANNEL}
     async with Cluster(tmp_path) as cluster:
-        cluster.server.rbac.load(chart_rbac(DRIVER_NAMESPACE, CHANNEL_CHART))
-        cluster.server.load_policies(chart_policies(DRIVER_NAMESPACE, CHANNEL_CHART))
+        cluster.server.rbac.load(chart_rbac(DRIVER_NAMESPACE, chart))
+        cluster.server.load_policies(chart_policies(DRIVER_NAMESPACE, chart))
+        if not host_managed:
+            shared_daemon(cluster, "node-a")
 
         async def replica(pod: str) -> tuple[asyncio.Task[None], ControllerManager]:
             return await cluster.start_controller(
                 pod_name=pod, kubeconfig=as_pod(cluster, pod), db_path=str(tmp_path / f"{pod}.db"),
-                leader_election=LEASE, wait_synced=False, **HOST_MANAGED,
+                leader_election=LEASE, wait_synced=False, **settings,
             )  # fmt: skip
 
         leader_task, leader = await replica("controller-a")
