@@ -107,7 +107,11 @@ class Channels:
 
     def domains_on(self, node: str) -> list[str]:
         """The domains with a claim allocated on `node` (a change of the node concerns them)."""
-        return [s.uid for s in self.ctx.view if any(n == node for n, _ in self.claim_nodes(s, None))]
+        return [
+            state.uid
+            for state in self.ctx.view
+            if any(o.kind == KIND_CLAIM and o.summary.get("node") == node for o in state.objects.values())
+        ]
 
     def published(self, state: DomainState) -> dict[str, int]:
         """clique -> channel published on the domain's clique objects (what plugins see)."""
