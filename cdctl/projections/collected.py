@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cdctl.domain.events import RecordedEvent
-from cdctl.projections.base import Change, Key, Projection, Router, Row
+from cdctl.projections.base import Change, Key, Projection, Router, Row, in_log_order
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import Rebuild
 from cdctl.store.collected import CollectedFile, Source, SourceCheck, check_source
@@ -210,7 +210,7 @@ def replay(
     tables: dict[str, list[Row]] = {p.name: [] for p in lifecycle_projections()}
     for source in sources or file.sources():
         for name, table in fold(file, source, until).items():
-            rows = [{"source": source.name, **table[key]} for key in sorted(table, key=repr)]
+            rows = [{"source": source.name, **table[key]} for key in in_log_order(table)]
             tables[name].extend(rows)
     return tables
 
