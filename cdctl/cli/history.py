@@ -173,7 +173,8 @@ def event_items(lines: Iterable[Line], with_source: bool) -> list[dict[str, Any]
 def sql(db: Path, statement: str, output: str) -> None:
     """Run one read-only SQL statement (the file is opened read-only; writes are refused).
 
-    Views: claim_lifecycle, channel_allocations, checkpoint_transitions, domain_history, and events; in a
+    Views: claim_lifecycle, channel_allocations, checkpoint_transitions, domain_history, channel_assignments
+    (the controller's IMEX channels under channel isolation), and events; in a
     collected file each has a `source` column, and `sources`, `ranges`, `fetches` and `collections` say what
     was collected.
     """

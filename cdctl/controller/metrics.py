@@ -6,15 +6,16 @@ that leads reports it (`cdctl_leader`, 1 or 0, says which one does). `cdctl_cont
 {result}`, `cdctl_controller_reconcile_errors_total{error}` and `cdctl_controller_reconcile_duration_seconds`
 come from the work queue's outcomes; `cdctl_controller_queue_depth` is read live.
 `cdctl_domain_not_ready{namespace, name}` (leader only) is 1 for each domain NotReady now, so an alert can
-name it; `cdctl_controller_domain_formation_seconds` is observed by cdctl.controller.status when a domain
-turns Ready. The event log's metrics
-(cdctl.store.metrics) are added by cdctl.controller.app when the controller has a log file. Every metric is
-listed in docs/metrics.md. Served by cdctl.controller.http; fed by cdctl.controller.manager.
+name it; under `channel` isolation `cdctl_imex_channels_free{clique}` (leader only, read from the channel
+view at scrape time); `cdctl_controller_domain_formation_seconds` is observed by cdctl.controller.status
+when a domain turns Ready. The event log's metrics (cdctl.store.metrics) are added by cdctl.controller.app
+when the controller has a log file. Every metric is listed in docs/metrics.md. Served by
+cdctl.controller.http; fed by cdctl.controller.manager.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -27,10 +28,17 @@ from cdctl.metrics import component_registry
 
 
 class _LiveCollector(Collector):
-    def __init__(self, view: DomainView, queue_depth: Callable[[], int], leading: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        view: DomainView,
+        queue_depth: Callable[[], int],
+        leading: Callable[[], bool],
+        channels_free: Callable[[], Iterable[tuple[str, int]]],
+    ) -> None:
         self.view = view
         self.queue_depth = queue_depth
         self.leading = leading
+        self.channels_free = channels_free
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         leading = self.leading()
@@ -65,6 +73,15 @@ class _LiveCollector(Collector):
         depth = GaugeMetricFamily("cdctl_controller_queue_depth", "ComputeDomains waiting to be reconciled")
         depth.add_metric([], self.queue_depth())
         yield depth
+        free = GaugeMetricFamily(
+            "cdctl_imex_channels_free",
+            "IMEX channels no ComputeDomain holds, per clique (channel isolation; channel 0 not counted)",
+            labels=["clique"],
+        )
+        if leading:
+            for clique, count in self.channels_free():
+                free.add_metric([clique], count)
+        yield free
 
 
 class ControllerMetrics:
@@ -96,7 +113,9 @@ class ControllerMetrics:
             buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600),
             registry=self.registry,
         )
-        self.registry.register(_LiveCollector(view, queue_depth, leading))
+        # Set by the manager under `channel` isolation: (clique, free channels) of every clique seen.
+        self.channels_free: Callable[[], Iterable[tuple[str, int]]] = lambda: ()
+        self.registry.register(_LiveCollector(view, queue_depth, leading, lambda: self.channels_free()))
 
     def observe(self, outcome: Outcome) -> None:
         self.reconciles.labels(outcome.result).inc()

@@ -91,7 +91,9 @@ class ClaimTemplates:
     async def ensure_workload(self, state: DomainState, cd: JsonObject) -> None:
         if await self.release_deleted(state, TARGET_WORKLOAD):
             raise RetriableError("the deleted workload ResourceClaimTemplate is still terminating", delay=1.0)
-        desired = render.workload_claim_template(cd, self.ctx.resource_version)
+        desired = render.workload_claim_template(
+            cd, self.ctx.resource_version, channel_isolation=self.ctx.settings.channel_isolation
+        )
         await self._ensure(state, cd, desired, TARGET_WORKLOAD)
 
     async def ensure_daemon(self, state: DomainState, cd: JsonObject, namespace: str) -> None:

@@ -2,7 +2,9 @@
 
 The desired status comes from cdctl.domain.computedomains.desired_status over the clique entries and the
 non-fabric daemons (reference section 2.4, without the DaemonSet-count shortcut); under HostManagedIMEX it
-is Ready with no nodes, meaning only that the domain was admitted and its workload template exists. While
+is Ready with no nodes, meaning only that the domain was admitted and its workload template exists; under
+`channel` isolation it comes from cdctl.controller.channels.status_of (the nodes of its claims and its
+channels; NotReady with a reason while it waits for a channel or a node's clique). While
 the controller cannot do what the domain needs (`Blocked`: its workload template's name is taken), the status
 is NotReady with a `Ready=False` condition giving the reason, whatever the daemons say. It is compared
 with the status last observed in the view and written through the status subresource with an update guarded
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from cdctl.controller.channels import ChannelStatus, status_of
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.view import DomainState
 from cdctl.domain.computedomains import (
@@ -67,6 +70,22 @@ class Status:
         if why is not None:
             desired = {"status": STATUS_NOT_READY, "nodes": [], "conditions": [why.condition()]}
         return await self._write(state, cd, desired, ())
+
+    async def write_channels(
+        self,
+        state: DomainState,
+        cd: JsonObject,
+        channels: ChannelStatus,
+        blocked: tuple[str, str] | None = None,
+    ) -> bool:
+        """`channel` isolation: Ready with a channel in every clique of its claims and their nodes' daemons
+        Ready; `status.nodes` the nodes of its claims, `status.channels` its channels. NotReady with the
+        reason while it waits for a channel or a node's clique, or while `blocked`."""
+        if state.cd is None:
+            return False
+        why = channels.blocked() or blocked
+        desired = status_of(channels, state.cd.num_nodes, self._blocked(state, why))
+        return await self._write(state, cd, desired, channels.entries())
 
     def _measure(self, state: DomainState, cd: JsonObject, written: str) -> None:
         """On a turn to Ready, report how long the domain took: from its creation, or from when this

@@ -265,6 +265,8 @@ def same_status(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -
         return False
     if _conditions(current) != _conditions(desired):
         return False
+    if current.get("channels") != desired.get("channels"):  # `channel` isolation only
+        return False
 
     def by_name(nodes: Any) -> dict[str, DaemonEntry]:
         return {str(n.get("name")): DaemonEntry.from_status_json(n) for n in nodes or []}
