@@ -6,7 +6,7 @@ through the daemon claim's CDI mount: `IMEXD_DIR` is the domain directory the no
 (`<node>/plugins/<driver>/domains/<domain uid>`), with the pod's own hosts file in it (also handed to the
 fake `nvidia-imex-ctl`); the daemon keeps its event log there (`/imexd/events.db` in its container), where
 the node's plugin serves it and, once the domain is gone, keeps it as `imex-history/<domain uid>.db`
-(`daemon_logs`). Other pods are not run.
+(`daemon_logs`). Other pods the rack selects (workers) run as plain containers of the ProcessRuntime.
 With a fork server (cdctl.sim.node.forkserver), `cdctl ...` commands start from its warm copy of cdctl instead
 of a fresh interpreter, and probes from `probe_server` (one that imported only what `cdctl daemon check`
 needs, so each fork is small) when the rack sets one; either way as the pod's user (cdctl.sim.node.runas):
@@ -58,6 +58,8 @@ class DaemonPodRuntime(ProcessRuntime):
         return found
 
     async def _spawn(self, pod: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process:
+        if not self.is_daemon_pod(pod):  # a worker the rack runs: a plain container
+            return await super()._spawn(pod, env)
         node = pod["spec"]["nodeName"]
         domain = pod["metadata"]["labels"][LABEL_COMPUTE_DOMAIN]
         imexd = self.work_dir / node / "plugins" / DRIVER_NAME / "domains" / domain

@@ -23,7 +23,10 @@
    daemons' probes from a second, small one that imported only `cdctl daemon check`, unless
    `fork_server=False`: each is still its own process, without a second of imports apiece. The daemon pods are
    probed as their spec says (its startupProbe, then at once and every period its readinessProbe:
-   `probe_period_s=None`).
+   `probe_period_s=None`). Host-managed mode runs the host's own `nvidia-imex` on every GPU node instead
+   (cdctl.sim.node.hostimex: its node list the clique's node addresses, one IMEX domain per clique);
+5. where the settings run workers (channel isolation), the worker pods too, as containers that see the device
+   nodes their CDI edits gave them and their node (cdctl.sim.node.processruntime, `exec_in`).
 It returns once every plugin has registered with its kubelet and published its ResourceSlice. A component can
 be started again alone (`launch_controller`, `launch_plugin`), as its StatefulSet or DaemonSet and the kubelet
 would after it died (cdctl.sim.rack.faults); `label_gpu_node` labels a node registered anew. Leaving the block
@@ -49,8 +52,10 @@ from cdctl.sim.apiserver.identity import service_account_token
 from cdctl.sim.controllers.controllerloop import ControllerLoop
 from cdctl.sim.controllers.jobs import JobController, serve_jobs
 from cdctl.sim.controllers.nodematch import pod_fits_node
+from cdctl.sim.node import fakeimexmem
 from cdctl.sim.node.daemonruntime import DaemonPodRuntime
 from cdctl.sim.node.forkserver import ForkServer
+from cdctl.sim.node.hostimex import HostImex
 from cdctl.sim.node.topology import GPUS_PER_NODE, FabricState, build_topology
 from cdctl.sim.rack.chart import (
     CHART_NAME,
@@ -108,13 +113,16 @@ class Rack:
         self.runtime = DaemonPodRuntime(
             self.work_dir,
             settings.driver_namespace,
-            selects=self._is_daemon_pod,
+            selects=self._runs_container,
             cdi_dirs=lambda node: [self.cdi_root(node)],
             log_dir=self.logs_dir / "pods",
             base_env=self.base_env,
             probe_period_s=settings.probe_period_s,
             service_account_kubeconfig=self._pod_kubeconfig,
+            sandbox_dir=self.work_dir / "containers" if settings.runs_workers else None,
+            host_env=self._host_env,
         )
+        self.host_imex = HostImex(self.work_dir, self.base_env)
         # Each kubelet also passes every tick (probes, retries); on a big rack that adds up in this process.
         tick_s = max(KUBELET_TICK_S, len(self.topology.nodes) / NODES_PER_KUBELET_TICK_S)
         self.cluster = SimCluster(
@@ -160,8 +168,33 @@ class Rack:
         if kubelet is not None:
             kubelet.poke()
 
-    def _is_daemon_pod(self, pod: dict[str, Any]) -> bool:
-        return not self.settings.host_managed and self.runtime.is_daemon_pod(pod)
+    def _runs_container(self, pod: dict[str, Any]) -> bool:
+        """Daemon pods (driver-managed), and workers where the settings run them (any pod outside the driver
+        namespace: the components there run as processes of their own)."""
+        if self.runtime.is_daemon_pod(pod):
+            return not self.settings.host_managed
+        return (
+            self.settings.runs_workers and pod["metadata"].get("namespace") != self.settings.driver_namespace
+        )
+
+    def _host_env(self, node: str) -> dict[str, str]:
+        """What the node's kernel tells a container: which node it is, its /proc/devices."""
+        proc_devices = self.cluster.driver_files(node).proc_devices
+        return {fakeimexmem.HOST_ENV: node, fakeimexmem.PROC_DEVICES_ENV: str(proc_devices)}
+
+    async def exec_in(self, pod_uid: str, argv: list[str]) -> tuple[int, str]:
+        """`kubectl exec` into a running container: its exit code and output."""
+        return await self.runtime.exec_in(pod_uid, argv)
+
+    async def _start_host_imex(self) -> None:
+        """Host-managed: the operator's nvidia-imex.service on every GPU node, spanning its clique."""
+        addresses = {name: self.cluster.kubelets[name].node_ip for name in self.topology.nodes}
+        for name, fake in self.topology.nodes.items():
+            if fake.clique_id:
+                peers = [
+                    addresses[n] for n, f in self.topology.nodes.items() if f.clique_id == fake.clique_id
+                ]
+                await self.host_imex.start(name, addresses[name], peers)
 
     # ---- start ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -182,6 +215,8 @@ class Rack:
         self.base_env.update(SSL_CERT_FILE=str(trust / "none.pem"), SSL_CERT_DIR=str(trust / "certs"))
         self._install_chart()
         self._label_gpu_nodes()
+        if self.settings.host_managed:
+            await self._start_host_imex()
         if self.settings.fork_server:
             self.fork_server = await ForkServer.start(FORK_SERVER_PRELOAD, env=self.base_env)
             self.runtime.fork_server = self.fork_server
@@ -472,6 +507,7 @@ class Rack:
         for loop in self.cluster.controllers:
             await loop.stop()
         await self.runtime.stop_all()
+        await self.host_imex.stop_all()
         components = [*self.plugins.values(), *self.controllers.values()]
         await asyncio.gather(*(c.stop() for c in components))
         for server in (self.fork_server, self.probe_server):

@@ -4,7 +4,8 @@
 row per node (NVLink clique, plugin registered, daemon pod Ready, the worker on it and how far its channel
 claim has come) and the steps done so far with their times. Redraws are throttled; on a terminal that is
 not interactive it prints one line per step instead. `summary(...)` renders the final figures: formation
-time, per-step timings, where every event log is, three commands to explore them, and the verdict.
+time, per-step timings, where every event log is, three commands to explore them, under channel isolation
+which domain got which channel and the workers' import checks, and the verdict.
 Used by cdctl.cli.sim.
 """
 
@@ -20,6 +21,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cdctl.sim.rack.checks import WorkerState
 from cdctl.sim.rack.launch import Rack
 from cdctl.sim.rack.scenario import Progress, ScenarioReport
 
@@ -38,15 +40,36 @@ def _mark(ok: bool, text: str = "") -> Text:
     return Text(text or ("yes" if ok else "no"), style="green" if ok else "dim")
 
 
+def _pods_cell(workers: list[WorkerState]) -> Text:
+    """Several workers on a node (channel isolation): how many of each job, and their IMEX channels."""
+    jobs: dict[str, int] = {}
+    for worker in workers:
+        job = worker.name.rsplit("-", 1)[0]
+        jobs[job] = jobs.get(job, 0) + 1
+    return Text(", ".join(f"{job} x{count}" for job, count in sorted(jobs.items())))
+
+
+def _channels_cell(workers: list[WorkerState]) -> Text:
+    channels = sorted({c for w in workers for c in w.channels})
+    return _mark(bool(channels), " ".join(str(c) for c in channels) or "-")
+
+
 def progress_table(progress: Progress) -> RenderableType:
-    workers = {w.node: w for states in progress.workers.values() for w in states if w.node}
+    by_node: dict[str, list[WorkerState]] = {}
+    for states in progress.workers.values():
+        for w in states:
+            if w.node:
+                by_node.setdefault(w.node, []).append(w)
+    isolated = any(w.channel_isolation for ws in by_node.values() for w in ws)
     table = Table(
         title=f"{progress.phase}  [{progress.elapsed_s:5.1f} s]", expand=False, title_justify="left"
     )
-    for column in ("node", "clique", "plugin", "daemon", "worker", "channel claim", "channel0"):
+    last = "channels" if isolated else "channel0"
+    for column in ("node", "clique", "plugin", "daemon", "worker", "channel claim", last):
         table.add_column(column)
     for node in progress.nodes[:MAX_ROWS]:
-        worker = workers.get(node.name)
+        here = by_node.get(node.name, [])
+        worker = here[0] if here else None
         daemon = (
             _mark(node.daemons_ready > 0, f"{node.daemons_ready}/{node.daemons} ready")
             if node.daemons
@@ -57,9 +80,9 @@ def progress_table(progress: Progress) -> RenderableType:
             node.clique.rsplit(".", 1)[-1] if node.clique else "-",
             _mark(node.plugin, "registered" if node.plugin else "starting"),
             daemon,
-            f"{worker.name} ({worker.phase})" if worker else "",
+            _pods_cell(here) if isolated else (f"{worker.name} ({worker.phase})" if worker else ""),
             Text(worker.claim or "-", style=_CLAIM_STYLE.get(worker.claim, "")) if worker else Text(""),
-            _mark(worker.channel0) if worker else Text(""),
+            _channels_cell(here) if isolated else (_mark(worker.channel0) if worker else Text("")),
         )
     if len(progress.nodes) > MAX_ROWS:
         table.caption = f"... and {len(progress.nodes) - MAX_ROWS} more nodes"
@@ -154,10 +177,26 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
     lines.append(Text(f"  cdctl events --db {shlex.quote(str(rack.controller_db))} --stream 'domain/*'"))
     lines.append(Text(f"  cdctl sql --db {shlex.quote(str(first_plugin))} {shlex.quote(query)}"))
     lines.append(Text(f"  cdctl replay --db {shlex.quote(str(first_plugin))} --at {at}"))
-    if report.ok:
+    if report.isolation is not None:
+        lines.append(Text("IMEX channels (what each domain's workers hold, by clique):", style="bold"))
+        lines += [Text(f"  {line}") for line in report.isolation.lines()]
         lines.append(
             Text(
-                "every check held: all workers ran with channel0, and nothing was left behind",
+                f"  imports inside the workers: {report.isolation.same_domain_imports} within a domain "
+                f"(must succeed), {report.isolation.cross_domain_imports} across domains (must be refused)"
+            )
+        )
+        lines.append(
+            Text(
+                f"  assignments: cdctl sql --db {shlex.quote(str(rack.controller_db))} "
+                f"{shlex.quote('SELECT * FROM channel_assignments')}"
+            )
+        )
+    if report.ok:
+        held = "their domain's channel" if report.isolation is not None else "channel0"
+        lines.append(
+            Text(
+                f"every check held: all workers ran with {held}, and nothing was left behind",
                 style="bold green",
             )
         )
