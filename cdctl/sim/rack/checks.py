@@ -59,7 +59,7 @@ class WorkerState:
 
     @property
     def done(self) -> bool:
-        if self.channel_isolation:
+        if self.channel_isolation:  # Ready: its container runs (and exported, where workers run)
             return self.phase == "Running" and self.ready and self.channel not in (None, 0)
         return self.phase == "Running" and self.channel0
 

@@ -60,6 +60,7 @@ class DomainPlan:
     rack: str = ""  # the rack label's value when the controller creates the domain for the rack
     num_nodes: int | None = None  # the domain's spec.numNodes; None: as many as its workers (0: elastic)
     gpus_per_pod: int = GPUS_PER_NODE  # 1: single-GPU pods, several on a node (channel isolation)
+    node_selector: tuple[tuple[str, str], ...] = ()  # the jobs' pods' nodeSelector (pin a domain to a rack)
 
     @property
     def template(self) -> str:
@@ -287,7 +288,14 @@ class _Runner:
                     self.report.domain_uids[plan.name] = str(domain["metadata"]["uid"])
                     created[plan.name] = created_at
                 for job in plan.job_names:
-                    body = worker_job(job, plan.namespace, plan.workers, plan.template, plan.gpus_per_pod)
+                    body = worker_job(
+                        job,
+                        plan.namespace,
+                        plan.workers,
+                        plan.template,
+                        plan.gpus_per_pod,
+                        dict(plan.node_selector),
+                    )
                     self.create("batch", "jobs", plan.namespace, body)
             await self.step(f"workers Running with {self.channel_words}", not_formed)
         finally:
@@ -344,7 +352,7 @@ async def run_scenario(
     runner = _Runner(rack, plans, observe, timeout_s)
     try:
         await runner.form()
-        if rack.settings.channel_isolation:
+        if rack.settings.channel_isolation and rack.settings.runs_workers:
             await runner.prove_isolation()
         if while_formed is not None:
             await while_formed(rack)

@@ -45,7 +45,9 @@ class RackSettings:
     isolation: str = ImexIsolation.DOMAIN.value  # the install's imex.isolation
     imex_channel_count: int | None = None  # channels per IMEX domain under `channel`; None: the default
     channel_slots: int | None = None  # slot devices per node under `channel`; None: the plugin's default
-    worker_containers: bool = False  # run the workers as containers under `domain` isolation too
+    # Run the workers as containers: None, under `channel` isolation only; True also under `domain`; False
+    # never (a benchmark of the control plane alone).
+    worker_containers: bool | None = None
 
     def __post_init__(self) -> None:
         parse_isolation(self.isolation, field="isolation")  # a clear error naming the field
@@ -65,7 +67,7 @@ class RackSettings:
     @property
     def runs_workers(self) -> bool:
         """Whether worker pods run as containers (the fake IMEX export/import check in each)."""
-        return self.worker_containers or self.channel_isolation
+        return self.channel_isolation if self.worker_containers is None else self.worker_containers
 
     @property
     def feature_gates(self) -> str:

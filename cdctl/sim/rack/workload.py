@@ -48,7 +48,12 @@ def compute_domain(name: str, namespace: str, num_nodes: int) -> dict[str, Any]:
 
 
 def worker_job(
-    name: str, namespace: str, workers: int, template: str, gpus_per_pod: int = GPUS_PER_NODE
+    name: str,
+    namespace: str,
+    workers: int,
+    template: str,
+    gpus_per_pod: int = GPUS_PER_NODE,
+    node_selector: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     app = f"{name}-worker"
     same_clique = {
@@ -67,6 +72,7 @@ def worker_job(
                 "metadata": {"labels": {WORKER_APP_LABEL: app}},
                 "spec": {
                     "restartPolicy": "Never",
+                    **({"nodeSelector": dict(node_selector)} if node_selector else {}),
                     "affinity": {
                         "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [same_clique]}
                     },
