@@ -42,11 +42,12 @@ def cdctl_argv() -> list[str]:
 
 def isolation_flags(settings: RackSettings, *, controller: bool) -> list[str]:
     """The chart's channel isolation flags (none under `domain`, today's command lines unchanged): the channel
-    count for the controller's allocator, the slot devices for the plugins."""
+    count for the controller's allocator and the plugins' check of a published channel, the slot devices for
+    the plugins."""
     if not settings.channel_isolation:
         return []
     flags = ["--imex-isolation", settings.isolation]
-    if controller and settings.imex_channel_count is not None:
+    if settings.imex_channel_count is not None:
         flags += ["--imex-channel-count", str(settings.imex_channel_count)]
     if not controller and settings.channel_slots is not None:
         flags += ["--channel-slots", str(settings.channel_slots)]
