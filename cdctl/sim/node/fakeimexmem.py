@@ -14,7 +14,8 @@ decides the same from what a container actually received, never from what the co
 
 `imex-memcheck worker [NAME]` is a worker container's process: it exports a buffer under NAME (default
 `$POD_NAMESPACE/$POD_NAME`) on the lowest channel it holds, through its node's IMEX daemon, keeps it while it
-runs and withdraws it on SIGTERM; with no channel or no ready IMEX daemon it exits 1, as a CUDA job would.
+runs and withdraws it on SIGTERM (`--linger S`: S seconds after it, as a job that finishes a checkpoint
+first); with no channel or no ready IMEX daemon it exits 1, as a CUDA job would.
 `imex-memcheck import NAME`, run inside another container (the simulated `kubectl exec`), prints `IMPORTED
 ...` and exits 0, or `DENIED: <why>` and exits 1: the exporter is gone, the importer lacks that channel, or
 the two nodes' daemons are not one ready IMEX domain. `imex-memcheck channels` prints the channels this
@@ -167,7 +168,7 @@ def import_(name: str) -> str:
     return f"IMPORTED {name} on IMEX channel {channel} from the IMEX daemon at {address}"
 
 
-def run_worker(name: str) -> int:
+def run_worker(name: str, linger_s: float = 0.0) -> int:
     handled = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, handled)
     try:
@@ -178,6 +179,9 @@ def run_worker(name: str) -> int:
     print(f"worker: exported {name} on IMEX channel {channel}", file=sys.stderr, flush=True)
     try:
         signal.sigwait(handled)
+        if linger_s > 0:  # a job finishing its checkpoint: still running, still holding its channel
+            print(f"worker: stopping in {linger_s:g} s", file=sys.stderr, flush=True)
+            signal.sigtimedwait(handled, linger_s)
     finally:
         try:
             os.unlink(target)
@@ -190,9 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command, rest = (args[0], args[1:]) if args else ("", [])
     try:
-        if command == "worker" and len(rest) <= 1:
-            default = f"{os.environ.get('POD_NAMESPACE', '')}/{os.environ.get('POD_NAME', '')}"
-            return run_worker(rest[0] if rest else default)
+        if command == "worker" and len(rest) <= 3:
+            linger = 0.0
+            if "--linger" in rest:
+                at = rest.index("--linger")
+                linger = float(rest[at + 1]) if at + 1 < len(rest) else -1.0
+                rest = rest[:at] + rest[at + 2 :]
+            if linger >= 0 and len(rest) <= 1:
+                default = f"{os.environ.get('POD_NAMESPACE', '')}/{os.environ.get('POD_NAME', '')}"
+                return run_worker(rest[0] if rest else default, linger)
         if command == "import" and len(rest) == 1:
             print(import_(rest[0]))
             return 0
@@ -202,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     except Denied as denied:
         print(f"DENIED: {denied}")
         return 1
-    print(f"usage: {EXECUTABLE} worker [NAME] | import NAME | channels", file=sys.stderr)
+    except ValueError:  # --linger not a number
+        pass
+    print(f"usage: {EXECUTABLE} worker [NAME] [--linger SECONDS] | import NAME | channels", file=sys.stderr)
     return 2
 
 

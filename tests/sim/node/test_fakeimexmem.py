@@ -60,7 +60,7 @@ class Rig:
                 "containers": [
                     {
                         "name": "c",
-                        "command": [fakeimexmem.EXECUTABLE, command],
+                        "command": [fakeimexmem.EXECUTABLE, *command.split()],
                         "env": [
                             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                             {
@@ -180,3 +180,19 @@ async def test_an_import_needs_both_daemons_up_and_the_exporter_alive(rig: Rig) 
     await rig.runtime.stop(rig.pods[0])
     assert rig.runtime.running.get(exporter) is None
     assert (await rig.imports(importer, "x-0")) == (1, "DENIED: nothing is exported under team/x-0")
+
+
+async def test_a_lingering_worker_keeps_its_export_after_sigterm_until_it_exits(rig: Rig) -> None:
+    lingering = await rig.run("x-0", "node-a", channel(3), command="worker --linger 0.5")
+    importer = await rig.run("x-1", "node-b", channel(3))
+    process = rig.runtime.running[lingering].process
+    process.terminate()
+    assert (await rig.imports(importer, "x-0"))[0] == 0  # still running, still exporting
+    await asyncio.wait_for(process.wait(), 10)
+    assert process.returncode == 0
+    assert (await rig.imports(importer, "x-0"))[0] == 1
+
+
+@pytest.mark.parametrize("args", [["worker", "--linger", "soon"], ["import"], ["nothing"]])
+async def test_bad_arguments_print_the_usage_and_exit_2(args: list[str]) -> None:
+    assert fakeimexmem.main(args) == 2
