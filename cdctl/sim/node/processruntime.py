@@ -13,7 +13,8 @@ command (the kubelet triggers it when the startup probe succeeds) and at every t
 after `successThreshold` passes or `failureThreshold` failures in a row. Without a readiness probe the
 container is Ready once started. Each change of readiness is handed to `on_change` (the rack wakes the
 node's kubelet, which writes the pod status); `probe_period_s`, when set, replaces every period (tests). An
-exited process is restarted (probes start over) unless `restartPolicy` is Never. Stop sends SIGTERM. Other
+exited process is restarted (probes start over) unless `restartPolicy` is Never. Stop sends SIGTERM, and
+SIGKILL after the pod's `terminationGracePeriodSeconds` (unset: STOP_GRACE_S). Other
 pods are Ready at once. `kill(pod)` is `kill -9` of the container (it and what it started die; the next
 readiness check restarts it, as the kubelet restarts a crashed container); `kill_node(node)` is the node
 losing power: every container there dies and is forgotten. Output goes to `<log_dir>/<namespace>_<pod>.log`.
@@ -347,8 +348,11 @@ class ProcessRuntime:
             return
         with contextlib.suppress(ProcessLookupError):
             running.process.send_signal(signal.SIGTERM)
+        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
         try:
-            await asyncio.wait_for(running.process.wait(), timeout=STOP_GRACE_S)
+            await asyncio.wait_for(
+                running.process.wait(), timeout=STOP_GRACE_S if grace is None else float(grace)
+            )
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 running.process.kill()
