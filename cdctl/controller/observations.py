@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cdctl.api.isolation import CLIQUE_CHANNEL_FIELD
 from cdctl.domain.computedomains import (
     LABEL_CLIQUE_ID,
     LABEL_COMPUTE_DOMAIN,
@@ -31,6 +32,7 @@ KIND_CLAIM_TEMPLATE = "ResourceClaimTemplate"
 KIND_POD = "Pod"
 KIND_CLIQUE = "ComputeDomainClique"
 KIND_NODE = "Node"
+KIND_CLAIM = "ResourceClaim"
 
 
 # Kinds kept without their spec (see `kept_form`), whose finalizers are therefore set by a merge patch guarded
@@ -106,12 +108,30 @@ def summarize(kind: str, obj: JsonObject) -> dict[str, Any]:
     if kind == KIND_NODE:
         return {**common, **node_readiness(obj)}
     if kind == KIND_CLIQUE:
-        return {
+        clique = {
             **common,
             "clique": str(labels.get(LABEL_CLIQUE_ID, "")),
             "daemons": list(obj.get("daemons") or []),
         }
+        if CLIQUE_CHANNEL_FIELD in obj:  # channel isolation: the domain's channel in this clique
+            clique[CLIQUE_CHANNEL_FIELD] = obj[CLIQUE_CHANNEL_FIELD]
+        return clique
+    if kind == KIND_CLAIM:
+        return {**common, "node": allocated_node(obj)}
     return common
+
+
+def allocated_node(claim: JsonObject) -> str:
+    """The node a ResourceClaim is allocated to ("" while it is not allocated): the one name its allocation's
+    node selector admits (a claim of node-local devices, as the scheduler writes it)."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+    for term in terms:
+        for field in (term or {}).get("matchFields") or []:
+            values = field.get("values") or []
+            if field.get("key") == "metadata.name" and field.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return ""
 
 
 def to_event(observation: Observation, domain_uid: str) -> DomainEvent:

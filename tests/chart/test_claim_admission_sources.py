@@ -8,8 +8,6 @@ tenant going through the API server with its own token gets the refusal as a cli
 from __future__ import annotations
 
 import copy
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -179,24 +177,17 @@ def test_channel_isolation_refuses_all_channels_once_switched_on(
     isolating.write(domain("single", "Single"), user=TENANT)
 
 
-def test_the_hook_follows_imex_isolation_once_the_chart_has_that_value(tmp_path: Path) -> None:
-    """The chart's schema refuses `imex` today; a copy whose schema accepts it shows that Helm and the
-    simulator's mirror both turn the constant on from `imex.isolation: channel` alone."""
-    chart = tmp_path / "cdctl"
-    shutil.copytree(CHART_DIR, chart)
-    schema = json.loads((chart / "values.schema.json").read_text())
-    schema["properties"]["imex"] = {
-        "type": "object",
-        "properties": {"isolation": {"enum": ["domain", "channel"]}},
-    }
-    (chart / "values.schema.json").write_text(json.dumps(schema))
-    with pytest.raises(sim_chart.ChartValuesError):
-        sim_chart.merged_values({"imex": {"isolation": "channel"}})  # the real chart: no such value yet
-    loaded = hc.Chart.load(chart)
+def test_the_hook_follows_imex_isolation() -> None:
+    """Helm and the simulator's mirror both turn the constant on from
+    `resources.computeDomains.imex.isolation: channel` alone, and leave it off for `domain` and by default."""
+    loaded = hc.Chart.load(CHART_DIR)
     try:
-        for isolation, expected in (("channel", "true"), ("domain", "false")):
-            values = {"imex": {"isolation": isolation}}
-            ours = sim_chart.admission_policies(values, namespace=NAMESPACE, chart=chart)
+        for values, expected in (
+            ({"resources": {"computeDomains": {"imex": {"isolation": "channel"}}}}, "true"),
+            ({"resources": {"computeDomains": {"imex": {"isolation": "domain"}}}}, "false"),
+            ({}, "false"),
+        ):
+            ours = sim_chart.admission_policies(values, namespace=NAMESPACE)
             helm = render_objects(loaded, values)
             for objects in (ours, helm):
                 constants = {
@@ -208,6 +199,8 @@ def test_the_hook_follows_imex_isolation_once_the_chart_has_that_value(tmp_path:
                 assert constants["channelIsolation"] == expected
     finally:
         loaded.close()
+    with pytest.raises(sim_chart.ChartValuesError):
+        sim_chart.merged_values({"resources": {"computeDomains": {"imex": {"isolation": "channels"}}}})
 
 
 # ---- what real installs write ----------------------------------------------------------------------------

@@ -93,14 +93,18 @@ HostManagedIMEX forces IMEXDaemonsWithDNSNames and ComputeDomainCliques off, as 
 {{- end -}}
 
 {{/*
-"true" when ComputeDomains are isolated by IMEX channel on a shared IMEX domain (`imex.isolation: channel`,
-docs/admission.md). The chart has no such value yet (its schema refuses the key), so this is "false" until
-`imex.isolation` is added to values.yaml and values.schema.json: the claim admission policy's channel-isolation
-rules (files/admission-policies.yaml, constant channelIsolation) then follow it with no other change.
+"true" when ComputeDomains are isolated by IMEX channel on a shared IMEX domain
+(`resources.computeDomains.imex.isolation: channel`, docs/channel-isolation.md, docs/admission.md): the
+controller's IMEX_ISOLATION, its RBAC and the claim admission policy's channel-isolation rules
+(files/admission-policies.yaml, constant channelIsolation) follow it.
 */}}
 {{- define "cdctl.channelIsolation" -}}
-{{- $imex := index .Values "imex" | default dict -}}
-{{- ternary "true" "false" (eq (index $imex "isolation" | default "domain" | toString) "channel") -}}
+{{- ternary "true" "false" (eq (.Values.resources.computeDomains.imex.isolation | default "domain" | toString) "channel") -}}
+{{- end -}}
+
+{{/* Channels per IMEX domain under channel isolation (IMEX_CHANNEL_COUNT). */}}
+{{- define "cdctl.imexChannelCount" -}}
+{{- .Values.resources.computeDomains.imexChannelCount | default 2048 | int -}}
 {{- end -}}
 
 {{/*
