@@ -232,7 +232,13 @@ class Rack:
             self.store.create(self.store.type_of(group, plural), namespace, obj)
 
     def chart_values(self) -> dict[str, Any]:
-        return {"featureGates": {"HostManagedIMEX": self.settings.host_managed}}
+        values: dict[str, Any] = {"featureGates": {"HostManagedIMEX": self.settings.host_managed}}
+        if self.settings.channel_isolation:
+            compute_domains: dict[str, Any] = {"imex": {"isolation": self.settings.isolation}}
+            if self.settings.imex_channel_count is not None:
+                compute_domains["imexChannelCount"] = self.settings.imex_channel_count
+            values["resources"] = {"computeDomains": compute_domains}
+        return values
 
     def nvml_spec_file(self, node: str) -> Path:
         return self.cluster.node_dir(node) / "fake-nvml"
