@@ -18,8 +18,8 @@ CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "cdctl"
 RELEASE = "cdctl"
 NAMESPACE = "cdctl-system"
 
-# The value sets rendered by every test: defaults, driver-managed and host-managed modes, leader election, and
-# rack domains in each mode.
+# The value sets rendered by every test: defaults, driver-managed and host-managed modes, leader election,
+# rack domains in each mode, and channel isolation in each mode.
 SCENARIOS: dict[str, dict[str, Any]] = {
     "default": {},
     "driver-managed": {
@@ -42,6 +42,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "featureGates": {"HostManagedIMEX": True},
         "controller": {"rackDomains": {"enabled": True}},
     },
+    "channel-driver-managed": {"imex": {"isolation": "channel"}},
+    "channel-host-managed": {"imex": {"isolation": "channel"}, "featureGates": {"HostManagedIMEX": True}},
 }
 
 

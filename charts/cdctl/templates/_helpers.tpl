@@ -94,13 +94,10 @@ HostManagedIMEX forces IMEXDaemonsWithDNSNames and ComputeDomainCliques off, as 
 
 {{/*
 "true" when ComputeDomains are isolated by IMEX channel on a shared IMEX domain (`imex.isolation: channel`,
-docs/admission.md). The chart has no such value yet (its schema refuses the key), so this is "false" until
-`imex.isolation` is added to values.yaml and values.schema.json: the claim admission policy's channel-isolation
-rules (files/admission-policies.yaml, constant channelIsolation) then follow it with no other change.
+docs/channel-isolation.md, docs/admission.md).
 */}}
 {{- define "cdctl.channelIsolation" -}}
-{{- $imex := index .Values "imex" | default dict -}}
-{{- ternary "true" "false" (eq (index $imex "isolation" | default "domain" | toString) "channel") -}}
+{{- ternary "true" "false" (eq (.Values.imex.isolation | default "domain" | toString) "channel") -}}
 {{- end -}}
 
 {{/*
