@@ -435,8 +435,7 @@ class PluginProcess:
         log.warning(message)
         assert self.cluster is not None
         await self.cluster.node_event(self.cfg.node_name, "ConsumableCapacityUnavailable", message)
-        if not shared.consumable:
-            self.republish.set()
+        self.republish.set()
 
     async def _watch_slices(self, version: str) -> None:
         assert self.api is not None

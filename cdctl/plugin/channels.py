@@ -120,6 +120,9 @@ class SharedChannels:
         self.refused = False  # the API server was seen dropping allowMultipleAllocations
 
     def devices(self) -> list[PublishedDevice]:
+        if self.consumable and self.refused:
+            # As the server stores it (a slice it keeps rewriting would be published again and again).
+            return [PublishedDevice(SHARED_DEVICE, SHARED_CHANNEL_TYPE, 0)]
         return shared_channel_devices(self.consumable, self.slots)
 
     def consumable_refused(self) -> str:
@@ -134,6 +137,6 @@ class SharedChannels:
             )
         return (
             "the API server does not keep allowMultipleAllocations (DRA consumable capacity is off) and "
-            "--channel-capacity=consumable: the shared channel device takes one claim at a time; use "
-            "--channel-capacity=auto or slots"
+            "--channel-capacity=consumable: publishing the channel device as a plain one, which takes one "
+            "claim at a time; use --channel-capacity=auto or slots"
         )
