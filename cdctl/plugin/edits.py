@@ -9,6 +9,7 @@ identity (env), the `fabric-imex-mgmt` capability node (with a clique) and the d
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -42,13 +43,14 @@ class DeviceFacts:
 
 
 def channel_device(
-    claim_uid: str, device: str, count: int, clique: str, facts: DeviceFacts
+    claim_uid: str, device: str, channels: Iterable[int], clique: str, facts: DeviceFacts
 ) -> tuple[cdi.ClaimDevice | None, list[str]]:
-    """Channels [0, count) as device nodes and the claim's CDI id; neither without a clique."""
+    """The channels (domain isolation: [0, count); channel isolation: the domain's one) as device nodes
+    and the claim's CDI id; neither without a clique."""
     if not clique:
         return None, []
     major = facts.major(cdi.CHANNEL_DEVICE_MAJOR_NAME)
-    nodes = tuple(cdi.channel_device_node(n, major) for n in range(count))
+    nodes = tuple(cdi.channel_device_node(n, major) for n in channels)
     return cdi.ClaimDevice(device, cdi.ContainerEdits(device_nodes=nodes)), [
         cdi.claim_device_id(claim_uid, device)
     ]

@@ -18,8 +18,8 @@ CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "cdctl"
 RELEASE = "cdctl"
 NAMESPACE = "cdctl-system"
 
-# The value sets rendered by every test: defaults, driver-managed and host-managed modes, leader election, and
-# rack domains in each mode.
+# The value sets rendered by every test: defaults, driver-managed and host-managed modes, leader election,
+# rack domains in each mode, and channel isolation in each mode.
 SCENARIOS: dict[str, dict[str, Any]] = {
     "default": {},
     "driver-managed": {
@@ -41,6 +41,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "rack-domains-host-managed": {
         "featureGates": {"HostManagedIMEX": True},
         "controller": {"rackDomains": {"enabled": True}},
+    },
+    "channel-driver-managed": {"resources": {"computeDomains": {"imex": {"isolation": "channel"}}}},
+    "channel-host-managed": {
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
+        "featureGates": {"HostManagedIMEX": True},
     },
 }
 

@@ -6,10 +6,11 @@ one source of truth for them. Helm is not needed at runtime (helm-python-sdk is 
 
 - CRDs are the documents of `charts/cdctl/crds/*.yaml`, which Helm installs verbatim (no templating).
 - DeviceClasses come from `charts/cdctl/files/deviceclasses.yaml`, the list that
-  `templates/deviceclasses.yaml` renders for Helm. This module applies the same two rules as that template:
+  `templates/deviceclasses.yaml` renders for Helm. This module applies the same rules as that template:
   the class apiVersion (`resourceApiVersion`, else `resource.k8s.io/v1`, which is what Helm picks offline and
-  on any cluster serving v1), and leaving out `driverManagedOnly` classes when the effective `HostManagedIMEX`
-  gate is on. Helm's bookkeeping labels (`helm.sh/chart`, `app.kubernetes.io/*`) are not added.
+  on any cluster serving v1), leaving out `driverManagedOnly` classes when the effective `HostManagedIMEX`
+  gate is on, and keeping only the classes of the install's `imex.isolation`. Helm's bookkeeping labels
+  (`helm.sh/chart`, `app.kubernetes.io/*`) are not added.
 - The IMEX daemons' ServiceAccount (`daemon_service_accounts`), which `templates/rbac-daemon.yaml` renders in
   the release namespace and every `additionalNamespaces` entry unless HostManagedIMEX is on: without it the
   API server refuses the daemon pods. The other components run as processes here, not as pods, so their
@@ -195,6 +196,7 @@ def device_classes(
     directory = _resolve(chart)
     merged = merged_values(values, chart=directory)
     host_managed = feature_gates(merged)["HostManagedIMEX"]
+    isolation = "channel" if channel_isolation(merged) else "domain"
     if merged.get("resourceApiVersion"):
         api_version = f"resource.k8s.io/{merged['resourceApiVersion']}"
     else:
@@ -211,6 +213,7 @@ def device_classes(
         }
         for entry in classes
         if not (entry.get("driverManagedOnly") and host_managed)
+        and str(entry.get("isolation") or "domain") == isolation
     ]
 
 
