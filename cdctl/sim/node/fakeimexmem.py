@@ -16,11 +16,13 @@ decides the same from what a container actually received, never from what the co
 `$POD_NAMESPACE/$POD_NAME`) on the lowest channel it holds, through its node's IMEX daemon, keeps it while it
 runs and withdraws it on SIGTERM (`--linger S`: S seconds after it, as a job that finishes a checkpoint
 first); with no channel or no ready IMEX daemon it exits 1, as a CUDA job would.
-`imex-memcheck import NAME`, run inside another container (the simulated `kubectl exec`), prints `IMPORTED
-...` and exits 0, or `DENIED: <why>` and exits 1: the exporter is gone, the importer lacks that channel, or
-the two nodes' daemons are not one ready IMEX domain. `imex-memcheck channels` prints the channels this
-container holds. Like fakeimex it runs as a bare script (`python -S`, the standard library and fakeimex beside
-it only), installed by `install_executable`. Used by the rack (cdctl.sim.rack) and tests/sim.
+`imex-memcheck exported [NAME]` exits 0 once that buffer is out (the workers' startup probe: a worker is Ready
+only once it exports). `imex-memcheck import NAME`, run inside another container (the simulated `kubectl
+exec`), prints `IMPORTED ...` and exits 0, or `DENIED: <why>` and exits 1: the exporter is gone, the
+importer lacks that channel, or the two nodes' daemons are not one ready IMEX domain. `imex-memcheck
+channels` prints the channels this container holds. Like fakeimex it runs as a bare script (`python -S`, the
+standard library and fakeimex beside it only), installed by `install_executable`. Used by the rack
+(cdctl.sim.rack) and tests/sim.
 """
 
 # os.path rather than pathlib, as in fakeimex: a bare script's start-up is paid by every worker and check.
@@ -168,6 +170,19 @@ def import_(name: str) -> str:
     return f"IMPORTED {name} on IMEX channel {channel} from the IMEX daemon at {address}"
 
 
+def _default_name() -> str:
+    return f"{os.environ.get('POD_NAMESPACE', '')}/{os.environ.get('POD_NAME', '')}"
+
+
+def exported(name: str) -> bool:
+    """Whether a live process exports a buffer under `name`."""
+    try:
+        pid = fakeimex._read_text(_export_file(_registry(), name)).splitlines()[0]
+    except (OSError, IndexError):
+        return False
+    return pid.isdigit() and fakeimex.alive(int(pid))
+
+
 def run_worker(name: str, linger_s: float = 0.0) -> int:
     handled = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, handled)
@@ -201,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                 linger = float(rest[at + 1]) if at + 1 < len(rest) else -1.0
                 rest = rest[:at] + rest[at + 2 :]
             if linger >= 0 and len(rest) <= 1:
-                default = f"{os.environ.get('POD_NAMESPACE', '')}/{os.environ.get('POD_NAME', '')}"
-                return run_worker(rest[0] if rest else default, linger)
+                return run_worker(rest[0] if rest else _default_name(), linger)
+        if command == "exported" and len(rest) <= 1:  # a startup probe: the worker's buffer is out
+            return 0 if exported(rest[0] if rest else _default_name()) else 1
         if command == "import" and len(rest) == 1:
             print(import_(rest[0]))
             return 0
@@ -214,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except ValueError:  # --linger not a number
         pass
-    print(f"usage: {EXECUTABLE} worker [NAME] [--linger SECONDS] | import NAME | channels", file=sys.stderr)
+    print(
+        f"usage: {EXECUTABLE} worker [NAME] [--linger SECONDS] | exported [NAME] | import NAME | channels",
+        file=sys.stderr,
+    )
     return 2
 
 

@@ -49,6 +49,7 @@ from typing import Any
 from cdctl.domain.computedomains import DRIVER_NAME
 from cdctl.sim.apiserver.errors import AlreadyExists
 from cdctl.sim.apiserver.identity import service_account_token
+from cdctl.sim.apiserver.settings import ServerSettings
 from cdctl.sim.controllers.controllerloop import ControllerLoop
 from cdctl.sim.controllers.jobs import JobController, serve_jobs
 from cdctl.sim.controllers.nodematch import pod_fits_node
@@ -128,6 +129,7 @@ class Rack:
         self.cluster = SimCluster(
             self.work_dir,
             self.topology,
+            settings=ServerSettings(dra_consumable_capacity=settings.dra_consumable_capacity),
             runtime=self.runtime,
             kubelet_tick_s=tick_s,
             timings=settings.node_timings,

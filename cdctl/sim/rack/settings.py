@@ -48,6 +48,9 @@ class RackSettings:
     # Run the workers as containers: None, under `channel` isolation only; True also under `domain`; False
     # never (a benchmark of the control plane alone).
     worker_containers: bool | None = None
+    # The API server keeps DRA consumable capacity (a 1.36 cluster): the plugins publish one multi-allocatable
+    # channel device under `channel` isolation instead of slot devices.
+    dra_consumable_capacity: bool = False
 
     def __post_init__(self) -> None:
         parse_isolation(self.isolation, field="isolation")  # a clear error naming the field

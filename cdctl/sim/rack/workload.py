@@ -6,8 +6,9 @@ pods, each asking for 4 `nvidia.com/gpu` (so one pod per GB200 node), constraine
 on `nvidia.com/gpu.clique` to one NVLink clique, and claiming one IMEX channel from the template, as in the
 seeds' MPIJob workers (`gpus_per_pod=1`: single-GPU pods, several on a node). Where the rack runs workers
 (channel isolation), each container is `imex-memcheck worker` (cdctl.sim.node.fakeimexmem): it exports a
-buffer under `<namespace>/<pod>` on the channel it was given, for its peers to import. It runs as root, as
-the nvbandwidth image does. Used by cdctl.sim.rack.scenario, the integration tests and the benchmarks.
+buffer under `<namespace>/<pod>` on the channel it was given, for its peers to import, and is Ready once it
+has (its startup probe). It runs as root, as the nvbandwidth image does. Used by cdctl.sim.rack.scenario,
+the integration tests and the benchmarks.
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ def worker_job(
                                 _field_env("POD_NAMESPACE", "metadata.namespace"),
                             ],
                             "securityContext": {"runAsUser": 0},
+                            # Ready once its buffer is exported; a startup probe alone stops once it passes.
+                            "startupProbe": {
+                                "exec": {"command": [MEMCHECK, "exported"]},
+                                "periodSeconds": 1,
+                                "failureThreshold": 60,
+                            },
                             "resources": {
                                 "limits": {GPU_RESOURCE: gpus_per_pod},
                                 "claims": [{"name": CHANNEL_CLAIM}],

@@ -196,3 +196,9 @@ async def test_a_lingering_worker_keeps_its_export_after_sigterm_until_it_exits(
 @pytest.mark.parametrize("args", [["worker", "--linger", "soon"], ["import"], ["nothing"]])
 async def test_bad_arguments_print_the_usage_and_exit_2(args: list[str]) -> None:
     assert fakeimexmem.main(args) == 2
+
+
+async def test_exported_answers_for_a_live_exporter_only(rig: Rig) -> None:
+    worker = await rig.run("x-0", "node-a", channel(3))
+    assert await rig.runtime.exec_in(worker, [fakeimexmem.EXECUTABLE, "exported"]) == (0, "")
+    assert (await rig.runtime.exec_in(worker, [fakeimexmem.EXECUTABLE, "exported", "team/other"]))[0] == 1
