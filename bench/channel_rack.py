@@ -12,10 +12,10 @@ label): 64 domains, 288 pods, 64 channel assignments. It reports:
   is an upper bound on an assignment's own cost;
 - teardown: jobs and domains deleted -> nothing left, with every channel released.
 The workers run without containers by default (the control plane alone); `--workers` runs them as
-containers and adds the import checks (cdctl.sim.rack.isolation). Writes bench/results/channels-<time>.json
+containers and adds the import checks (cdctl.sim.rack.isolation). Writes bench/results/channel-rack-<time>.json
 with the load average before and after (other work on the same cores skews the figures).
 
-    .venv/bin/python -m bench.channels [--racks 8] [--mode driver-managed|host-managed] [--workers]
+    .venv/bin/python -m bench.channel_rack [--racks 8] [--mode driver-managed|host-managed] [--workers]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def main() -> int:
     result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"channels-{stamp}.json"
+    path = RESULTS / f"channel-rack-{stamp}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     for key in (
         "nodes", "domains", "pods", "start_s", "all_running_s", "teardown_s",
