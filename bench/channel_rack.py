@@ -12,8 +12,9 @@ label): 64 domains, 288 pods, 64 channel assignments. It reports:
   is an upper bound on an assignment's own cost;
 - teardown: jobs and domains deleted -> nothing left, with every channel released.
 The workers run without containers by default (the control plane alone); `--workers` runs them as
-containers and adds the import checks (cdctl.sim.rack.isolation). Writes bench/results/channel-rack-<time>.json
-with the load average before and after (other work on the same cores skews the figures).
+containers and adds the import checks (cdctl.sim.rack.isolation). Writes
+bench/results/channel-rack-<time>.json with the load average before and after (other work on the same cores
+skews the figures).
 
     .venv/bin/python -m bench.channel_rack [--racks 8] [--mode driver-managed|host-managed] [--workers]
 """

@@ -5,7 +5,7 @@ in the journal's object cache for request bodies): a ComputeDomain becomes `Comp
 labelled with a domain's uid a `DomainObjectObserved`. `kept_form` is what the controller keeps of an
 object at all (the informers' transform, and the journal's for a write's answer): never `managedFields`; of
 a DaemonSet not its spec (it is never written back: its finalizer goes by patch, see `PATCHED_FINALIZERS`);
-of a daemon pod only what `summarize` reads (pods are never written). Pure; called by
+of a daemon pod or a workload claim only what `summarize` reads (neither is ever written). Pure; called by
 cdctl.controller.journal and cdctl.controller.manager.
 """
 
@@ -49,6 +49,12 @@ def kept_form(kind: str, obj: JsonObject) -> JsonObject:
         obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     if kind == KIND_DAEMON_SET:
         return {k: v for k, v in obj.items() if k != "spec"}
+    if kind == KIND_CLAIM:  # channel isolation: only where it is allocated is read (`allocated_node`)
+        allocation = (obj.get("status") or {}).get("allocation")
+        kept = {k: v for k, v in obj.items() if k not in ("spec", "status")}
+        where = {"nodeSelector": allocation.get("nodeSelector")} if allocation else None
+        kept["status"] = {"allocation": where} if where else {}
+        return kept
     if kind == KIND_POD:
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
         kept = {k: v for k, v in obj.items() if k not in ("spec", "status")}

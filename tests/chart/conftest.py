@@ -42,10 +42,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "featureGates": {"HostManagedIMEX": True},
         "controller": {"rackDomains": {"enabled": True}},
     },
-    "channel-driver-managed": {"resources": {"computeDomains": {"imex": {"isolation": "channel"}}}},
+    "channel-driver-managed": {
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}, "imexChannelCount": 64}}
+    },
     "channel-host-managed": {
-        "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
         "featureGates": {"HostManagedIMEX": True},
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
     },
 }
 

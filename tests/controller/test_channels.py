@@ -21,6 +21,7 @@ from prometheus_client import generate_latest
 from cdctl.api.isolation import CHANNEL_ISOLATION_DEVICE_CLASS, CLIQUE_NODE_LABEL, ImexIsolation
 from cdctl.cli.main import cli
 from cdctl.controller.manager import ControllerManager
+from cdctl.controller.observations import allocated_node, kept_form
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.store.sqlite import SqliteEventStore
 from tests.chart.conftest import chart_policies, chart_rbac
@@ -99,6 +100,17 @@ async def domain_with_claim(cluster: Cluster, name: str, node: str) -> str:
     return uid
 
 
+async def two_domains_on_one_node(cluster: Cluster, first: str, second: str) -> tuple[str, str]:
+    """Two domains, a claim of each on node-a: channels 1 and 2."""
+    gpu_node(cluster, "node-a")
+    uids = (
+        await domain_with_claim(cluster, first, "node-a"),
+        await domain_with_claim(cluster, second, "node-a"),
+    )
+    await eventually(lambda: (channel_of(cluster, uids[0]), channel_of(cluster, uids[1])) == (1, 2))
+    return uids
+
+
 async def test_each_domain_gets_its_own_channel_published_on_its_clique_object(tmp_path: Path) -> None:
     async with Cluster(tmp_path) as cluster:
         await cluster.start_controller(**HOST_MANAGED)
@@ -174,10 +186,7 @@ async def test_a_restart_rebuilds_the_assignments_from_the_log(tmp_path: Path) -
     db = tmp_path / "controller.db"
     async with Cluster(tmp_path) as cluster:
         task, _ = await cluster.start_controller(db_path=str(db), **HOST_MANAGED)
-        gpu_node(cluster, "node-a")
-        first = await domain_with_claim(cluster, "a", "node-a")
-        second = await domain_with_claim(cluster, "b", "node-a")
-        await eventually(lambda: (channel_of(cluster, first), channel_of(cluster, second)) == (1, 2))
+        first, second = await two_domains_on_one_node(cluster, "a", "b")
         cluster.delete_domain("a")
         release_claim(cluster, "a-worker-0")
         await eventually(lambda: channel_of(cluster, first) is None)
@@ -271,10 +280,7 @@ async def test_history_and_sql_show_who_held_which_channel(tmp_path: Path) -> No
     db = tmp_path / "controller.db"
     async with Cluster(tmp_path) as cluster:
         task, _ = await cluster.start_controller(db_path=str(db), **HOST_MANAGED)
-        gpu_node(cluster, "node-a")
-        mine = await domain_with_claim(cluster, "mine", "node-a")
-        theirs = await domain_with_claim(cluster, "theirs", "node-a")
-        await eventually(lambda: (channel_of(cluster, mine), channel_of(cluster, theirs)) == (1, 2))
+        mine, theirs = await two_domains_on_one_node(cluster, "mine", "theirs")
         await cluster.stop_controller(task)
 
     history = await run_cli(["history", "--db", str(db), f"computedomain/{USER_NAMESPACE}/mine"])
@@ -342,3 +348,41 @@ async def test_a_new_leader_keeps_every_assignment_made_before_it_mid_formation(
         if e.type == "ImexChannelAssigned"
     ]
     assert decisions == [(first, 1, "observed", True), (second, 2, "picked", True)]
+
+
+async def test_a_node_without_a_clique_label_waits_until_it_gets_one(tmp_path: Path) -> None:
+    async with Cluster(tmp_path) as cluster:
+        await cluster.start_controller(**HOST_MANAGED)
+        nodes = cluster.type_of("", "nodes")
+        cluster.server.store.create(nodes, "", {"metadata": {"name": "node-a", "labels": {}}})
+        uid = await domain_with_claim(cluster, "job", "node-a")
+        await eventually(lambda: status(cluster, "job").get("reason") == "NodeWithoutClique")
+        assert "node-a" in status(cluster, "job")["message"] and channel_of(cluster, uid) is None
+        node = cluster.get("", "nodes", "", "node-a")
+        assert node is not None
+        node["metadata"]["labels"] = {CLIQUE_NODE_LABEL: CLIQUE}  # GPU Feature Discovery catches up
+        cluster.server.store.update(nodes, "", "node-a", node)
+        await eventually(lambda: channel_of(cluster, uid) == 1)
+        await eventually(lambda: status(cluster, "job").get("status") == "Ready")
+
+
+def test_a_claims_node_is_read_from_its_allocation_and_little_else_is_kept() -> None:
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}
+    claim = {
+        "metadata": {"name": "c", "namespace": USER_NAMESPACE, "managedFields": [{"big": 1}]},
+        "spec": {"devices": {"requests": [{"name": "channel"}]}},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"pool": "node-a"}]},
+                "nodeSelector": {"nodeSelectorTerms": [term]},
+            }
+        },
+    }
+    kept = kept_form("ResourceClaim", claim)
+    assert allocated_node(kept) == allocated_node(claim) == "node-a"
+    assert "spec" not in kept and "managedFields" not in kept["metadata"]
+    assert (
+        allocated_node({"status": {}}) == allocated_node(kept_form("ResourceClaim", {"metadata": {}})) == ""
+    )
+    two = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}
+    assert allocated_node({"status": {"allocation": {"nodeSelector": {"nodeSelectorTerms": [two]}}}}) == ""
