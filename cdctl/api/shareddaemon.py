@@ -15,6 +15,10 @@ SHARED_DAEMON_COMPONENT = "imex-daemon"
 # What the DaemonSet's pod template carries (with the chart's own labels): its selector and the plugin's.
 SHARED_DAEMON_LABELS = {COMPONENT_LABEL: SHARED_DAEMON_COMPONENT}
 SHARED_DAEMON_SELECTOR = f"{COMPONENT_LABEL}={SHARED_DAEMON_COMPONENT}"
+# The host directory the shared daemon's pod mounts at /imexd: `<kubelet plugins dir>/<driver>/SHARED_DIR`.
+# The kubelet plugin keeps the IMEX config template and the node's clique ID (CLIQUE_FILE) there.
+SHARED_DIR = "shared-imex"
+CLIQUE_FILE = "clique"  # cdctl.daemon.check keeps the same name, import-free
 # `<fullname>-imex-daemon`: the DaemonSet and its ServiceAccount.
 SHARED_DAEMON_SUFFIX = "imex-daemon"
 

@@ -40,6 +40,7 @@ import structlog
 
 from cdctl.api import gates as fg
 from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, ImexIsolation
+from cdctl.api.shareddaemon import SHARED_DIR
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import Actor
 from cdctl.domain.retention import RetentionPolicy
@@ -60,6 +61,7 @@ from cdctl.plugin import channels as ch
 from cdctl.plugin.checkpoint import BOOT_ID_PATH, ClaimBook, ClaimBookProjection, read_boot_id
 from cdctl.plugin.devices import DRIVER_NAME
 from cdctl.plugin.driver import Driver
+from cdctl.plugin.edits import write_shared_dir
 from cdctl.plugin.eventlogs import COMPONENT, served_logs
 from cdctl.plugin.health import HealthBoard
 from cdctl.plugin.metrics import MetricsEndpoint, PluginMetrics
@@ -284,6 +286,7 @@ class PluginProcess:
             gpus = 0 if self.driver_missing else len(await asyncio.to_thread(lib.probe))
             self.shared = ch.SharedChannels(cfg.channel_capacity, ch.slot_count(cfg.channel_slots, gpus))
             log.info("channel isolation", capacity=cfg.channel_capacity.value, slots=self.shared.slots)
+            await self._write_shared_dir()
         if cfg.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES) and not self.driver_missing:
             version = await asyncio.to_thread(lib.driver_version)
             if not nvml.driver_version_at_least(version):
@@ -392,6 +395,13 @@ class PluginProcess:
         self._tasks.append(asyncio.create_task(self.retention.run(), name="retention"))
         self._tasks.append(asyncio.create_task(self._fabric_loop(lib, strict), name="fabric-loop"))
 
+    async def _write_shared_dir(self) -> None:
+        """Channel isolation, driver-managed: the shared IMEX daemon's directory, once the fabric has a
+        clique (a daemon waits for the clique ID; a node outside any fabric gets an empty one)."""
+        if self.channel_isolation and not self.host_managed and self.fabric.pending is None:
+            root = self.cfg.plugin_dir / SHARED_DIR
+            await asyncio.to_thread(write_shared_dir, root, self.fabric.clique_id)
+
     def _log_server(self) -> LogServer | None:
         """The read-only event-log routes (`cdctl collect`), when a reader is configured."""
         cfg = self.cfg
@@ -485,6 +495,7 @@ class PluginProcess:
             message = f"NVLink fabric completed; clique {found.clique_id or '(none)'}; publishing channel-0"
             log.info(message)
             await self.cluster.node_event(self.cfg.node_name, "NVLinkFabricReady", message, warning=False)
+            await self._write_shared_dir()
             self.republish.set()
         elif found.pending != self.fabric.pending:
             self.fabric.pending = found.pending

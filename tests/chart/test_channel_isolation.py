@@ -82,3 +82,33 @@ def test_the_channel_class_selects_the_shared_devices_and_nothing_else(consumabl
         assert not any(
             selectors_match(old_selectors, device_context("compute-domain.nvidia.com", d)) for d in shared
         )
+
+
+@pytest.mark.parametrize("host_managed", [False, True])
+def test_admission_and_prepare_refuse_all_channels_in_the_same_words(
+    helm_chart: hc.Chart, host_managed: bool
+) -> None:
+    """Under channel isolation, host-managed or not, the claim policy and Prepare both give channel
+    isolation's reason for allocationMode All (not HostManagedIMEX's one-channel-per-node one)."""
+    from cdctl.api.configs import decode_config
+    from cdctl.domain.errors import PermanentError
+    from cdctl.plugin.channels import ALL_REFUSED, check_channel_config
+    from cdctl.plugin.prepare import check_host_managed_config
+    from tests.chart.claimadmission import TENANT, TENANT_NS, AdmissionCluster, channel, claim
+    from tests.chart.test_claim_admission_sources import domain
+
+    values = {**CHANNEL, "featureGates": {"HostManagedIMEX": host_managed}}
+    cluster = AdmissionCluster(render_objects(helm_chart, values))
+    message = cluster.refusal(claim(channel(allocationMode="All")), user=TENANT)
+    field = "spec.devices.config[0].opaque.parameters.allocationMode"
+    assert message == f"ResourceClaim {TENANT_NS}/c: {field}: {ALL_REFUSED}"
+    assert cluster.refusal(domain("all", "All"), user=TENANT).endswith(
+        f"spec.channel.allocationMode: {ALL_REFUSED}"
+    )
+    decoded = decode_config(channel(allocationMode="All"), strict=True, obj="c")
+    with pytest.raises(PermanentError) as caught:
+        if host_managed:
+            check_host_managed_config(decoded, channel_isolation=True)
+        check_channel_config(decoded.all_channels)  # type: ignore[union-attr]
+    assert str(caught.value) == ALL_REFUSED
+    cluster.write(claim(channel(allocationMode="Single")), user=TENANT)
