@@ -136,12 +136,12 @@ def event_logs(rack: Rack) -> list[tuple[str, Path]]:
 
 def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
     lines: list[RenderableType] = []
-    nodes = len(rack.topology.nodes)
+    workers = report.workers or len(rack.topology.nodes)
     if report.formation_s is not None:
         lines.append(
             Text(
                 f"formation: {report.formation_s:.2f} s "
-                f"(ComputeDomain created -> all {nodes} workers' claims prepared)",
+                f"(ComputeDomain created -> all {workers} workers' claims prepared)",
                 style="bold",
             )
         )

@@ -101,6 +101,7 @@ class ScenarioReport:
     domain_uids: dict[str, str] = field(default_factory=dict)
     formed_at: datetime | None = None
     isolation: IsolationReport | None = None  # channel isolation: channels held and the import checks
+    workers: int = 0  # worker pods the plans asked for
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -230,6 +231,7 @@ class _Runner:
                 pass
         created_at = time.perf_counter()
         created: dict[str, float] = {}
+        self.report.workers = sum(p.nodes for p in self.plans)
         for plan in (p for p in self.plans if not p.rack):
             obj = self.create(
                 CD_GROUP,
