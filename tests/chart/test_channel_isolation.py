@@ -112,3 +112,65 @@ def test_admission_and_prepare_refuse_all_channels_in_the_same_words(
         check_channel_config(decoded.all_channels)  # type: ignore[union-attr]
     assert str(caught.value) == ALL_REFUSED
     cluster.write(claim(channel(allocationMode="Single")), user=TENANT)
+
+
+def _strip(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the simulator's mirror keeps of a rendered object: no Helm bookkeeping labels, no volumes."""
+    import copy
+
+    out = copy.deepcopy(obj)
+    keep = {"app.kubernetes.io/component", "app.kubernetes.io/name", "app.kubernetes.io/instance"}
+    for meta in (out["metadata"], (out.get("spec") or {}).get("template", {}).get("metadata") or {}):
+        if "labels" in meta:
+            meta["labels"] = {k: v for k, v in meta["labels"].items() if k in keep}
+    if out["kind"] == "DaemonSet":
+        out["metadata"]["labels"] = {"app.kubernetes.io/component": "imex-daemon"}
+        pod = out["spec"]["template"]["spec"]
+        for key in ("volumes", "priorityClassName"):
+            pod.pop(key, None)
+        for container in pod["containers"]:
+            for key in ("volumeMounts", "image", "imagePullPolicy"):
+                container.pop(key, None)
+        out["spec"] = {k: v for k, v in out["spec"].items() if k in ("selector", "template")}
+    else:
+        out["metadata"]["labels"] = {"app.kubernetes.io/component": "imex-daemon"}
+    return out
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        CHANNEL,
+        {**CHANNEL, "kubeletPlugin": {"nodeSelector": {"gpu": "yes"}}, "maxNodesPerIMEXDomain": 4},
+    ],
+)
+def test_the_shared_daemon_objects_match_helm(helm_chart: hc.Chart, values: dict[str, Any]) -> None:
+    from tests.chart.conftest import NAMESPACE
+
+    rendered = render_objects(helm_chart, values)
+    helm = [
+        _strip(o)
+        for o in rendered
+        if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "imex-daemon"
+    ]
+    ours = sim_chart.shared_daemon_objects(NAMESPACE, values)
+    assert [o["kind"] for o in helm] == ["ServiceAccount", "Role", "RoleBinding", "DaemonSet"]
+    assert ours == helm
+
+
+@pytest.mark.parametrize("values", [{}, {**CHANNEL, "featureGates": {"HostManagedIMEX": True}}])
+def test_no_shared_daemon_outside_channel_isolation_with_driver_managed_imex(
+    helm_chart: hc.Chart, values: dict[str, Any]
+) -> None:
+    rendered = render_objects(helm_chart, values)
+    assert not [o for o in rendered if o["metadata"]["name"].endswith("-imex-daemon")]
+    assert sim_chart.shared_daemon_objects("ns", values) == []
+
+
+def test_channel_isolation_makes_no_per_domain_daemon_account(helm_chart: hc.Chart) -> None:
+    rendered = render_objects(helm_chart, CHANNEL)
+    names = {
+        o["metadata"]["name"] for o in rendered if o["kind"] in ("ServiceAccount", "Role", "ClusterRole")
+    }
+    assert "compute-domain-daemon-service-account" not in names
+    assert "cdctl-imex-daemon" in names
