@@ -38,7 +38,6 @@ HOSTNAME = "kubernetes.io/hostname"
 
 
 def _settings(work_dir: Path, nodes: int, **extra: Any) -> RackSettings:
-    extra.setdefault("mode", HOST_MANAGED)
     return RackSettings(work_dir, nodes_per_rack=nodes, probe_period_s=0.5, isolation="channel", **extra)
 
 

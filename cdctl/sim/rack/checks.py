@@ -190,7 +190,9 @@ class NodeState:
 
 def node_states(rack: Rack) -> list[NodeState]:
     daemon_pods = [
-        p for p in _list(rack, "", "pods", rack.settings.driver_namespace) if rack.runtime.is_daemon_pod(p)
+        p
+        for p in _list(rack, "", "pods", rack.settings.driver_namespace)
+        if rack.runtime.is_daemon_pod(p) or rack.runtime.is_shared_daemon_pod(p)
     ]
     registered = rack.registered_nodes()
     states = []
@@ -257,8 +259,8 @@ def leftovers(rack: Rack, namespaces: list[str], job_names: list[str]) -> list[s
                 where = f"{metadata.get('namespace', '')}/{metadata['name']}"
                 extra = " (finalizer set)" if FINALIZER in (metadata.get("finalizers") or []) else ""
                 found.append(f"{obj.get('kind', plural)} {where} still exists{extra}")
-    if rack.runtime.running:
-        found.append(f"{len(rack.runtime.running)} daemon or worker containers still run")
+    if rack.runtime.domain_containers():  # the shared IMEX daemons stay: the install's, not a domain's
+        found.append(f"{len(rack.runtime.domain_containers())} daemon or worker containers still run")
     return found
 
 

@@ -66,6 +66,7 @@ from cdctl.sim.rack.chart import (
     daemon_service_accounts,
     http_ports,
     plugin_placement,
+    shared_daemon_objects,
 )
 from cdctl.sim.rack.cluster import SimCluster
 from cdctl.sim.rack.componentpods import LOCAL_HOST, ComponentPods
@@ -87,7 +88,14 @@ FORK_SERVER_PRELOAD = [
 ]  # fmt: skip
 # What the daemons' probes (`cdctl daemon check`) import: a fork of this small server costs half as much.
 PROBE_SERVER_PRELOAD = ["cdctl.cli.main", "cdctl.cli.daemon"]
-_PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "DeviceClass": "deviceclasses"}
+_PLURALS = {
+    "CustomResourceDefinition": "customresourcedefinitions",
+    "DeviceClass": "deviceclasses",
+    "ServiceAccount": "serviceaccounts",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "DaemonSet": "daemonsets",
+}
 
 
 class RackStartError(Exception):
@@ -173,7 +181,7 @@ class Rack:
     def _runs_container(self, pod: dict[str, Any]) -> bool:
         """Daemon pods (driver-managed), and workers where the settings run them (any pod outside the driver
         namespace: the components there run as processes of their own)."""
-        if self.runtime.is_daemon_pod(pod):
+        if self.runtime.is_daemon_pod(pod) or self.runtime.is_shared_daemon_pod(pod):
             return not self.settings.host_managed
         return (
             self.settings.runs_workers and pod["metadata"].get("namespace") != self.settings.driver_namespace
@@ -274,6 +282,10 @@ class Rack:
             self._create("", "namespaces", "", {"metadata": {"name": self.settings.rack_domains_namespace}})
         for account in daemon_service_accounts(self.settings.driver_namespace, values):
             self._create("", "serviceaccounts", self.settings.driver_namespace, account)
+        # Channel isolation, driver-managed: the shared IMEX daemon's account, Role, binding and DaemonSet.
+        for obj in shared_daemon_objects(self.settings.driver_namespace, values):
+            group = obj["apiVersion"].rpartition("/")[0]
+            self._create(group, _PLURALS[obj["kind"]], self.settings.driver_namespace, obj)
         if self.collector_account:
             collector = {"metadata": {"name": self.collector_account}}
             self._create("", "serviceaccounts", self.settings.driver_namespace, collector)

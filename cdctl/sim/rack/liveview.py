@@ -21,6 +21,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cdctl.api.shareddaemon import SHARED_DIR
 from cdctl.sim.rack.checks import WorkerState
 from cdctl.sim.rack.launch import Rack
 from cdctl.sim.rack.scenario import Progress, ScenarioReport
@@ -164,7 +165,10 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
     if plugin_logs:
         pattern = str(rack.plugin_db("NODE")).replace("NODE", "<node>")
         lines.append(Text(f"  kubelet plugins ({len(plugin_logs)}): {pattern}"))
-    if daemon_logs:
+    if daemon_logs and rack.settings.channel_isolation:
+        pattern = str(rack.plugin_db("NODE").parent / SHARED_DIR / "events.db").replace("NODE", "<node>")
+        lines.append(Text(f"  shared IMEX daemons ({len(daemon_logs)}): {pattern}"))
+    elif daemon_logs:
         pattern = str(rack.plugin_db("NODE").parent / "domains" / "DOMAIN" / "events.db")
         pattern = pattern.replace("NODE", "<node>").replace("DOMAIN", "<domain>")
         kept = "imex-history/<domain>.db once gone"
