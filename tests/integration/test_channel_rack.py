@@ -11,11 +11,14 @@
 - A pod force-deleted while its container still runs (it finishes a checkpoint after SIGTERM): its channel,
   released with its domain, goes to a new domain elsewhere only when no other is free, and a new domain given
   it on that node is fenced until the container is gone.
-Seconds apiece but the 18-node case.
+- A tenant that copies another namespace's workload template (domain uid, label) runs nothing with it: the
+  plugin refuses the claim and the controller gives the copy no channel.
+Seconds apiece but the 18-node case. Driver-managed unless a case says otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from pathlib import Path
@@ -311,3 +314,43 @@ def _channel_of_gone(rack: Rack, plan: DomainPlan) -> bool:
     return not any(plan.name in c["metadata"]["name"] for c in cliques) and not list_pods(
         rack, plan.namespace
     )
+
+
+async def test_a_tenant_copying_another_namespaces_template_gets_neither_its_channel_nor_a_pod(
+    work_dir: Path,
+) -> None:
+    """The attack: a tenant copies team-a's workload template (its domain's uid in the opaque config and the
+    domain label) into its own namespace and runs a pod with it on a node where team-a's workers run."""
+    (victim,) = _plans([1])
+    thief = DomainPlan("cd-a", "team-evil", workers=1, gpus_per_pod=1)
+    async with Rack(_settings(work_dir, 2, mode=HOST_MANAGED)) as rack:
+        node = sorted(rack.topology.nodes)[0]
+        _create(rack, victim, node=node)
+        channel = await _formed(rack, victim)
+        store = rack.store
+        templates = store.type_of("resource.k8s.io", "resourceclaimtemplates")
+        stolen = store.get(templates, victim.namespace, victim.template)
+        with contextlib.suppress(AlreadyExists):
+            store.create(store.type_of("", "namespaces"), "", {"metadata": {"name": thief.namespace}})
+        store.create(
+            templates,
+            thief.namespace,
+            {"metadata": {"name": thief.template, "labels": stolen["metadata"].get("labels") or {}},
+             "spec": stolen["spec"]},
+        )  # fmt: skip
+        job = worker_job(thief.job_names[0], thief.namespace, 1, thief.template, 1, {HOSTNAME: node})
+        store.create(store.type_of("batch", "jobs"), thief.namespace, job)
+        refusal = "the ResourceClaim's namespace is different than the ComputeDomain's namespace"
+
+        def refused() -> str | None:
+            return None if any(refusal in r for r in _prepare_failures(rack.plugin_db(node))) else "not yet"
+
+        await until("the plugin refuses the copied claim", refused)
+        await asyncio.sleep(1.0)  # whatever else would happen has had its time
+        assert _running(rack, thief) == [] and _running(rack, victim) != []
+        assigned = [e for e in _log_channel_events(rack.controller_db) if e[0] == "ImexChannelAssigned"]
+        assert assigned == [("ImexChannelAssigned", victim.name, channel)], "no channel for the copy"
+        assert _channel_of(rack, victim) == channel
+        store.delete(store.type_of("batch", "jobs"), thief.namespace, thief.job_names[0])
+        store.delete(templates, thief.namespace, thief.template)
+        await _torn_down(rack, [victim])
