@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.process import cpu_seconds
+from cdctl.sim.rack.checks import log_rows
 from cdctl.sim.rack.cluster import RACK_LABEL
 from cdctl.sim.rack.launch import Rack
 from cdctl.sim.rack.scenario import DomainPlan, run_scenario
@@ -61,13 +61,7 @@ def plans(racks: int) -> list[DomainPlan]:
 
 def channel_events(db: Path) -> dict[str, int]:
     """Event type -> count in the controller log's `channels/*` streams."""
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10.0)
-    try:
-        rows = connection.execute(
-            "SELECT type, count(*) FROM events WHERE stream LIKE 'channels/%' GROUP BY type"
-        ).fetchall()
-    finally:
-        connection.close()
+    rows = log_rows(db, "SELECT type, count(*) FROM events WHERE stream LIKE 'channels/%' GROUP BY type")
     return {str(kind): int(count) for kind, count in rows}
 
 

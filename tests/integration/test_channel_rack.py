@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdctl.sim.apiserver.errors import AlreadyExists, NotFound
-from cdctl.sim.rack.checks import CD_GROUP, leftovers, list_pods, worker_states
+from cdctl.sim.rack.checks import CD_GROUP, leftovers, list_pods, log_rows, worker_states
 from cdctl.sim.rack.faults import Restarter, delete_controller_pod
 from cdctl.sim.rack.isolation import DomainWorkers, prove_isolation, published_channels
 from cdctl.sim.rack.launch import Rack
@@ -158,14 +157,11 @@ async def _torn_down(rack: Rack, plans: list[DomainPlan]) -> None:
 
 
 def _log_channel_events(db: Path) -> list[tuple[str, str, int]]:
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = connection.execute(
-            "SELECT type, json_extract(data, '$.name'), json_extract(data, '$.channel') FROM events"
-            " WHERE stream LIKE 'channels/%' ORDER BY position"
-        ).fetchall()
-    finally:
-        connection.close()
+    rows = log_rows(
+        db,
+        "SELECT type, json_extract(data, '$.name'), json_extract(data, '$.channel') FROM events"
+        " WHERE stream LIKE 'channels/%' ORDER BY position",
+    )
     return [(str(t), str(n), int(c)) for t, n, c in rows if c is not None]
 
 
@@ -298,13 +294,7 @@ async def test_a_force_deleted_pods_channel_stays_fenced_on_its_node_and_is_reus
 
 def _prepare_failures(db: Path) -> list[str]:
     """The reasons of every failed Prepare attempt in a plugin's log."""
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = connection.execute(
-            "SELECT json_extract(data, '$.reason') FROM events WHERE type = 'ClaimPrepareFailed'"
-        ).fetchall()
-    finally:
-        connection.close()
+    rows = log_rows(db, "SELECT json_extract(data, '$.reason') FROM events WHERE type = 'ClaimPrepareFailed'")
     return [str(reason) for (reason,) in rows]
 
 

@@ -26,7 +26,7 @@ standard library and fakeimex beside it only), installed by `install_executable`
 """
 
 # os.path rather than pathlib, as in fakeimex: a bare script's start-up is paid by every worker and check.
-# ruff: noqa: PTH105, PTH108, PTH112, PTH118, PTH208
+# ruff: noqa: PTH112, PTH118, PTH208
 from __future__ import annotations
 
 import os
@@ -136,10 +136,7 @@ def export(name: str) -> tuple[str, int]:
     if _peers_up(registry, local) is None:
         raise Denied(f"the IMEX daemon at {local['address']} is not ready")
     target = _export_file(registry, name)
-    temporary = f"{target}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as file:
-        file.write(f"{os.getpid()}\n{local['address']}\n{local['hosts']}\n{channels[0]}\n")
-    os.replace(temporary, target)
+    fakeimex.write_lines(target, [str(os.getpid()), local["address"], local["hosts"], str(channels[0])])
     return target, channels[0]
 
 
@@ -198,10 +195,7 @@ def run_worker(name: str, linger_s: float = 0.0) -> int:
             print(f"worker: stopping in {linger_s:g} s", file=sys.stderr, flush=True)
             signal.sigtimedwait(handled, linger_s)
     finally:
-        try:
-            os.unlink(target)
-        except FileNotFoundError:
-            pass
+        fakeimex.remove_file(target)
     return 0
 
 

@@ -206,21 +206,29 @@ def node_states(rack: Rack) -> list[NodeState]:
     return states
 
 
+def log_rows(db: Path, query: str) -> list[tuple[Any, ...]]:
+    """The rows of a query over a component's event log, opened read-only (as `cdctl sql` does) while the
+    component may be writing it."""
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10.0)
+    try:
+        return connection.execute(query).fetchall()
+    finally:
+        connection.close()
+
+
 def unprepared_in_log(db: Path) -> list[str]:
     """Claims the plugin's event log shows prepared or pending and not unprepared since (a claim invalidated
     by a reboot holds nothing: its CDI spec and channel went with the old boot)."""
     if not db.exists():
         return []
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
     try:
-        rows = connection.execute(
+        rows = log_rows(
+            db,
             "SELECT claim_uid, name, state FROM claim_lifecycle"
-            " WHERE unprepared_at IS NULL AND state != 'Invalidated'"
-        ).fetchall()
+            " WHERE unprepared_at IS NULL AND state != 'Invalidated'",
+        )
     except sqlite3.OperationalError:
         return []
-    finally:
-        connection.close()
     return [f"{name or uid} is {state}" for uid, name, state in rows]
 
 
