@@ -37,7 +37,7 @@ from typing import Any
 
 from bench.process import cpu_seconds
 from cdctl.sim.rack.checks import log_rows
-from cdctl.sim.rack.cluster import RACK_LABEL
+from cdctl.sim.rack.cluster import RACK_LABEL, NodeTimings
 from cdctl.sim.rack.launch import Rack
 from cdctl.sim.rack.scenario import DomainPlan, run_scenario
 from cdctl.sim.rack.settings import DRIVER_MANAGED, MODES, RackSettings
@@ -80,6 +80,10 @@ async def measure(racks: int, mode: str, workers: bool, probe_period_s: float) -
             # Every probe of every node's daemon runs on this one machine: the chart's 2 s period for 144
             # shared daemons is 72 probes a second, more than two shared cores keep up with.
             probe_period_s=probe_period_s,
+            # A process serving 144 kubelets on two busy cores renews their Leases late: with the real 40 s
+            # grace the node lifecycle controller taints them unreachable and nothing schedules. Node loss is
+            # not what this measures.
+            node_timings=NodeTimings(node_monitor_grace_s=900.0, pod_gc_quarantine_s=900.0),
         )
         async with Rack(settings) as rack:
             controller = rack.controller
