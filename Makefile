@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck layers unit proto bench clean
+.PHONY: demo install uninstall test lint typecheck layers unit proto bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,21 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/cdctl sim rack
+
+# `cdctl` on your PATH: a link in $(PREFIX)/bin to this checkout's .venv/bin/cdctl (its shebang names the
+# venv's python, so the link runs it with every dependency). `make uninstall` removes only that link.
+PREFIX ?= $(HOME)/.local
+install: $(STAMP)
+	@mkdir -p $(PREFIX)/bin
+	@ln -sfn $(abspath $(BIN))/cdctl $(PREFIX)/bin/cdctl
+	@echo "installed: $(PREFIX)/bin/cdctl -> $(abspath $(BIN))/cdctl"
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; \
+	  *) echo "$(PREFIX)/bin is not on your PATH: add it, e.g. export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
+
+uninstall:
+	@if [ "$$(readlink $(PREFIX)/bin/cdctl)" = "$(abspath $(BIN))/cdctl" ]; then \
+	  rm $(PREFIX)/bin/cdctl && echo "removed $(PREFIX)/bin/cdctl"; \
+	else echo "$(PREFIX)/bin/cdctl is not this checkout's link: left alone"; fi
 
 test: lint typecheck layers unit
 

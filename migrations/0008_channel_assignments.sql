@@ -1,8 +1,10 @@
 -- 0008: channel_assignments, channel isolation's record (docs/channel-isolation.md): which ComputeDomain held
 -- which IMEX channel in which clique, from when to when, and where it was first asked for (the node and claim
--- of the first allocated claim; empty when a new leader adopted a number an earlier leader published). A view
--- over the controller's `channels/<clique>` streams: each ImexChannelAssigned with the first release of that
--- channel by that domain after it (none while it is held). Empty in every other log.
+-- of the first allocated claim). `how`: picked (by this allocator), or observed (a new leader recorded a number
+-- an earlier leader had published; no node or claim then). A collected file has the same view per source
+-- (cdctl/projections/collected.py). A view over the controller's `channels/<clique>` streams: each
+-- ImexChannelAssigned with the first release of that channel by that domain after it (none while it is held).
+-- Empty in every other log.
 CREATE VIEW channel_assignments AS
 SELECT json_extract(a.data, '$.clique_id')  AS clique,
        json_extract(a.data, '$.channel')    AS channel,
@@ -11,7 +13,7 @@ SELECT json_extract(a.data, '$.clique_id')  AS clique,
        json_extract(a.data, '$.name')       AS name,
        json_extract(a.data, '$.node')       AS node,
        json_extract(a.data, '$.claim')      AS claim,
-       json_extract(a.data, '$.source')     AS source,
+       json_extract(a.data, '$.source')     AS how,
        a.recorded_at                        AS assigned_at,
        r.recorded_at                        AS released_at,
        a.position                           AS assigned_position,

@@ -1,13 +1,25 @@
-"""Shared fixtures: every event store implementation, for the contract suite."""
+"""Shared fixtures: every event store implementation, for the contract suite; the logging configuration a
+verbosity test changes, put back."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
+from cdctl.api import verbosity
 from cdctl.store import EventStore, InMemoryEventStore, SqliteEventStore
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """For tests that call configure_logging: the process's default logging again afterwards."""
+    yield
+    structlog.reset_defaults()
+    verbosity.set_verbosity(verbosity.DEFAULT_VERBOSITY)
+    verbosity.install_default_filter()
 
 
 @pytest.fixture(params=["sqlite", "memory"])

@@ -2,9 +2,18 @@
 
 Called by every command entry point (controller, kubelet plugin, daemon) with the `--feature-gates` /
 `FEATURE_GATES` text ("A=true,B=false", a trailing comma allowed: the controller forwards its whole map that
-way). `parse_feature_gates` returns an immutable `FeatureGates`; unknown names and non-boolean values are
-rejected with an error naming the entry. `HostManagedIMEX` forces the DNS-names and cliques gates off before
-the dependency rules are checked, and the forced changes are returned so the caller can log them.
+way) and, for the controller and the plugin, the Go driver's `--imex-mode` / `IMEX_MODE`.
+`parse_feature_gates` returns an immutable `FeatureGates`; unknown names and non-boolean values are rejected
+with an error naming the entry and listing the known gates. `HostManagedIMEX` forces the DNS-names and cliques
+gates off before the dependency rules are checked, and the forced changes are returned so the caller can log
+them.
+
+Upstream compatibility (docs/upgrade-from-nvidia.md): the Go driver's host-managed mode is the pair
+`HostManagedIMEXDaemon=true` (which only unlocks the mode) and IMEX mode `hostManaged`; that pair is an
+alias of `HostManagedIMEX=true`, mode `driverManaged` of `HostManagedIMEX=false`, and a contradiction between
+the two spellings is refused. The Go driver's GPU-side gates are accepted and ignored (listed in `ignored`,
+for the caller to log once); its ComputeDomain-side gates that cdctl does not implement are accepted only at
+their default (false).
 """
 
 from __future__ import annotations
@@ -25,6 +34,11 @@ PASSTHROUGH_SUPPORT = "PassthroughSupport"
 DYNAMIC_MIG = "DynamicMIG"
 NVML_DEVICE_HEALTH_CHECK = "NVMLDeviceHealthCheck"
 DEVICE_METADATA = "DeviceMetadata"
+HOST_MANAGED_IMEX_DAEMON = "HostManagedIMEXDaemon"
+IMEX_MODE_DRIVER_MANAGED = "driverManaged"
+IMEX_MODE_HOST_MANAGED = "hostManaged"
+IMEX_MODES = (IMEX_MODE_DRIVER_MANAGED, IMEX_MODE_HOST_MANAGED)
+UPGRADE_DOC = "docs/upgrade-from-nvidia.md"
 
 
 class Stage(Enum):
@@ -52,6 +66,7 @@ KNOWN_GATES: Mapping[str, GateSpec] = {
     DYNAMIC_MIG: GateSpec(False, Stage.ALPHA),
     NVML_DEVICE_HEALTH_CHECK: GateSpec(False, Stage.ALPHA),
     DEVICE_METADATA: GateSpec(False, Stage.ALPHA),
+    HOST_MANAGED_IMEX_DAEMON: GateSpec(False, Stage.ALPHA),
     "ContextualLogging": GateSpec(True, Stage.BETA),
     "LoggingAlphaOptions": GateSpec(False, Stage.ALPHA),
     "LoggingBetaOptions": GateSpec(True, Stage.BETA),
@@ -59,7 +74,27 @@ KNOWN_GATES: Mapping[str, GateSpec] = {
     "AllBeta": GateSpec(False, Stage.BETA),
 }
 
+# The Go driver's gates of its GPU half (pkg/featuregates, v0.5.0-dev): cdctl serves ComputeDomains only, so
+# they are accepted (a FEATURE_GATES string shared by both halves parses) and have no effect here.
+GPU_SIDE_GATES: Mapping[str, GateSpec] = {
+    "FabricManagerPartitioning": GateSpec(False, Stage.ALPHA),
+    "DRAListTypeAttributes": GateSpec(False, Stage.ALPHA),
+    "ConsumableShares": GateSpec(False, Stage.ALPHA),
+    "PerNodeGPUConfig": GateSpec(False, Stage.ALPHA),
+}
+# The Go driver's ComputeDomain-side gates cdctl does not implement: false (their default) parses, true is
+# refused, since silently running without the feature would be worse than not starting.
+UNIMPLEMENTED_GATES: Mapping[str, str] = {
+    "NodeLocalFabricIPC": "node-local IMEX without an NVLink clique is not implemented by cdctl",
+    "SeamlessUpgrades": "cdctl's plugin survives a restart without per-pod socket names",
+}
+
 OBJECT = "feature gates"
+
+
+def all_gate_names() -> list[str]:
+    """Every name `parse_assignments` accepts, sorted (the list an unknown gate's error gives)."""
+    return sorted({*KNOWN_GATES, *GPU_SIDE_GATES, *UNIMPLEMENTED_GATES})
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +103,7 @@ class FeatureGates:
 
     values: Mapping[str, bool]
     overrides: tuple[str, ...] = field(default=())
+    ignored: tuple[str, ...] = field(default=())  # what was accepted but has no effect, to be logged once
 
     def enabled(self, name: str) -> bool:
         if name not in self.values:
@@ -107,10 +143,13 @@ def parse_assignments(text: str) -> dict[str, bool]:
         name = name.strip()
         if not sep or not name:
             raise InvalidInput(OBJECT, entry, "missing bool value: want Name=true or Name=false")
-        if name not in KNOWN_GATES:
-            known = ", ".join(sorted(KNOWN_GATES))
+        if name not in KNOWN_GATES and name not in GPU_SIDE_GATES and name not in UNIMPLEMENTED_GATES:
+            known = ", ".join(all_gate_names())
             raise InvalidInput(OBJECT, name, f"unrecognized feature gate (known: {known})")
         out[name] = _parse_bool(name, value)
+        if out[name] and name in UNIMPLEMENTED_GATES:
+            why = UNIMPLEMENTED_GATES[name]
+            raise InvalidInput(OBJECT, name, f"not supported: {why}; leave it false (see {UPGRADE_DOC})")
     return out
 
 
@@ -132,10 +171,51 @@ def validate(values: Mapping[str, bool]) -> None:
         fail("feature gate DeviceMetadata requires PassthroughSupport to also be enabled")
 
 
-def parse_feature_gates(text: str | None) -> FeatureGates:
-    """Defaults, then the assignments in `text`, then the HostManagedIMEX overrides, then validation."""
+def resolve_imex_mode(assigned: Mapping[str, bool], imex_mode: str | None) -> tuple[bool | None, list[str]]:
+    """The host-managed setting that the Go driver's spelling (`imex_mode` with HostManagedIMEXDaemon) asks
+    for, None when it asks nothing, and notes to log; a contradiction with HostManagedIMEX is refused."""
+    mode = (imex_mode or "").strip()
+    ours = assigned.get(HOST_MANAGED_IMEX)
+    unlocked = assigned.get(HOST_MANAGED_IMEX_DAEMON, False)
+    if not mode:
+        if unlocked and ours is None:
+            return None, [
+                "HostManagedIMEXDaemon=true only allows IMEX mode hostManaged (IMEX_MODE, Helm "
+                "resources.computeDomains.imex.mode); with no mode set IMEX stays driver-managed"
+            ]
+        return None, []
+    if mode not in IMEX_MODES:
+        raise InvalidInput("IMEX mode", mode, f"want {' or '.join(IMEX_MODES)} (--imex-mode, IMEX_MODE)")
+    host_managed = mode == IMEX_MODE_HOST_MANAGED
+    if ours is not None and ours != host_managed:
+        raise InvalidInput(
+            "IMEX mode", mode,
+            f"conflicts with feature gate HostManagedIMEX={'true' if ours else 'false'}: they are two "
+            f"spellings of one setting; set only one (see {UPGRADE_DOC})",
+        )  # fmt: skip
+    if host_managed and not (unlocked or ours):
+        raise InvalidInput(
+            "IMEX mode", mode,
+            "hostManaged requires feature gate HostManagedIMEXDaemon (or HostManagedIMEX) to be enabled",
+        )  # fmt: skip
+    return host_managed, []
+
+
+def parse_feature_gates(text: str | None, imex_mode: str | None = None) -> FeatureGates:
+    """Defaults, then the assignments in `text`, then the IMEX mode (the Go driver's spelling of
+    HostManagedIMEX), then the HostManagedIMEX overrides, then validation."""
     values = {name: spec.default for name, spec in KNOWN_GATES.items()}
-    values.update(parse_assignments(text or ""))
+    assigned = parse_assignments(text or "")
+    host_managed, notes = resolve_imex_mode(assigned, imex_mode)
+    ignored = [*notes]
+    for name, value in assigned.items():
+        if name in GPU_SIDE_GATES:
+            shown = "true" if value else "false"
+            ignored.append(f"feature gate {name}={shown} belongs to the GPU driver; ignored")
+        elif name not in UNIMPLEMENTED_GATES:
+            values[name] = value
+    if host_managed is not None:
+        values[HOST_MANAGED_IMEX] = host_managed
     overrides: list[str] = []
     if values[HOST_MANAGED_IMEX]:
         for forced in (IMEX_DAEMONS_WITH_DNS_NAMES, COMPUTE_DOMAIN_CLIQUES):
@@ -143,4 +223,4 @@ def parse_feature_gates(text: str | None) -> FeatureGates:
                 values[forced] = False
                 overrides.append(f"HostManagedIMEX is enabled; forcing {forced}=false")
     validate(values)
-    return FeatureGates(values, tuple(overrides))
+    return FeatureGates(values, tuple(overrides), tuple(ignored))

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 COMPUTE_DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
+# The node's NVLink clique, "<clusterUUID>.<cliqueId>", as GPU Feature Discovery sets it and the kubelet
+# plugin does with --gpu-clique-label (upstream PR 1247).
+GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 
 
 @dataclass(frozen=True, slots=True)

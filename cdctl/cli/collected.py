@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -22,8 +21,10 @@ from typing import Any
 import click
 
 from cdctl.cli.errors import fail
+from cdctl.cli.output import print_document
 from cdctl.domain.errors import InvalidInput, StoreError
 from cdctl.projections import collected as views
+from cdctl.projections.base import in_log_order
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import Rebuild
 from cdctl.projections.timeline import EventSource, Line
@@ -71,7 +72,11 @@ def events_pages(
         ids = [s.id for s in select_sources(file, source, node)]
         where.append(f"source_id IN ({','.join('?' * len(ids)) or 'NULL'})")
         params += ids
-    for column, value, op in (("stream", stream, "GLOB"), ("type", type_, "="), ("recorded_at", since, ">=")):
+    for column, value, op in (
+        ("stream", stream, "GLOB"),
+        ("type", type_, "GLOB"),
+        ("recorded_at", since, ">="),
+    ):
         if value:
             where.append(f"{column} {op} ?")
             params.append(value)
@@ -114,15 +119,21 @@ def replay(
         rebuilt = Rebuild(views.projections_for(sources[0].component))
         rebuilt.feed(e for e in views.source_events(file, sources[0]) if e.position <= limit)
         for name, table in rebuilt.tables.items():
-            tables[name] = [{"source": sources[0].name, **table[k]} for k in sorted(table, key=repr)]
+            tables[name] = [{"source": sources[0].name, **table[k]} for k in in_log_order(table)]
         return tables
     return views.replay(file, until, sources)
 
 
-def verify(file: CollectedFile, keys: Sequence[bytes]) -> None:
+def verify(file: CollectedFile, keys: Sequence[bytes], output: str = "table") -> None:
     report = views.verify(file, keys)
     if not report.checks:
         fail(f"{file.path}: a collected file without sources: nothing to verify", 1)
+    if output not in ("table", "wide"):
+        print_document(output, verify_document(report))
+        failed = [c for c in report.checks if not c.ok]
+        if failed or not report.ok:
+            fail(f"{file.path}: verification failed for {len(failed)} of {len(report.checks)} sources", 1)
+        return
     for check in report.checks:
         state = "ok" if check.ok else "FAILED"
         heads = f", {check.heads_held} recorded head{'s' if check.heads_held != 1 else ''} held"
@@ -146,6 +157,19 @@ def verify(file: CollectedFile, keys: Sequence[bytes]) -> None:
     click.echo(f"ok: {len(report.checks)} sources, {report.events} events, chains and read models intact")
 
 
+def verify_document(report: views.CollectedReport) -> dict[str, Any]:
+    """verify's JSON shape for a collected file: one entry per source (docs/cli.md)."""
+    sources = [
+        {
+            "source": c.source.name, "ok": c.ok, "events": c.events, "keyed": c.source.keyed,
+            "heads_held": c.heads_held, "first_bad_position": c.first_bad_position, "problems": c.problems,
+            "notes": c.notes, "horizon": None, "runs": c.ranges,
+        }
+        for c in report.checks
+    ]  # fmt: skip
+    return {"ok": report.ok, "events": report.events, "sources": sources, "problems": report.problems}
+
+
 def streams_rows(file: CollectedFile, pattern: str | None) -> tuple[list[str], list[tuple[Any, ...]]]:
     where, params = ("WHERE stream GLOB ?", [pattern]) if pattern else ("", [])
     rows = file.query(
@@ -154,7 +178,3 @@ def streams_rows(file: CollectedFile, pattern: str | None) -> tuple[list[str], l
         params,
     )
     return ["source", "stream", "events", "first", "last"], rows
-
-
-def emit_json(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    click.echo(json.dumps([dict(zip(columns, row, strict=True)) for row in rows], default=str))

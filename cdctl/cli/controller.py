@@ -26,7 +26,7 @@ from click.decorators import FC
 
 from cdctl.api.gates import parse_feature_gates
 from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, parse_channel_count, parse_isolation
-from cdctl.cli.logs import configure_logging
+from cdctl.cli.logs import DEFAULT_VERBOSITY, configure_logging
 from cdctl.cli.retention import policy, retention_options
 from cdctl.controller.app import run_controller
 from cdctl.controller.leader import LeadershipLost, check_durations
@@ -214,6 +214,11 @@ async def serve(settings: ControllerSettings) -> None:
 @option("--kube-api-burst", envvar="KUBE_API_BURST", default=10, show_default=True, type=int)
 @option("--feature-gates", envvar="FEATURE_GATES", default="", help="Comma list of Gate=true|false.")
 @option(
+    "--imex-mode", envvar="IMEX_MODE", default="",
+    help="driverManaged or hostManaged: the Go driver's spelling of HostManagedIMEX "
+    "(docs/upgrade-from-nvidia.md).",
+)  # fmt: skip
+@option(
     "--db",
     envvar="CDCTL_DB",
     default="",
@@ -291,7 +296,10 @@ async def serve(settings: ControllerSettings) -> None:
     show_default=True,
     type=click.Choice(["console", "json"]),
 )
-@option("-v", "--verbosity", envvar="LOG_VERBOSITY", default=0, show_default=True, type=int)
+@option(
+    "-v", "--verbosity", envvar="LOG_VERBOSITY", default=DEFAULT_VERBOSITY, show_default=True,
+    type=click.IntRange(min=0), help="0 state changes, 2 decisions, 4 watch events, 6 requests, 7 bodies.",
+)  # fmt: skip
 def controller(**options: object) -> None:
     """Reconcile ComputeDomains: templates, daemon DaemonSets, cliques, status, teardown."""
     configure_logging(str(options["log_format"]), int(str(options["verbosity"])))
@@ -321,7 +329,7 @@ def validate_reader(value: str) -> str:
 
 def build_settings(options: dict[str, object]) -> ControllerSettings:
     """The settings for parsed options (feature gates validated here: a bad gate stops the command)."""
-    gates = parse_feature_gates(str(options["feature_gates"] or ""))
+    gates = parse_feature_gates(str(options["feature_gates"] or ""), str(options["imex_mode"] or ""))
     election = LeaderElectionSettings(
         enabled=bool(options["leader_election_enabled"]),
         lease_lock_namespace=str(options["leader_election_lease_lock_namespace"]),

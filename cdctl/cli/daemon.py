@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import click
 
+from cdctl.api.verbosity import DEFAULT_VERBOSITY
 from cdctl.daemon.check import CheckSettings, NotReady, check, shared_clique
 
 DEFAULT_IMEXD_DIR = "/imexd"
@@ -142,7 +143,11 @@ def check_command(
     "--log-format", envvar="LOG_FORMAT", default="console", show_default=True,
     type=click.Choice(["console", "json", "text"]),
 )  # fmt: skip
-@_option("-v", "--log-verbosity", "verbosity", envvar="LOG_VERBOSITY", default=4, show_default=True, type=int)
+@_option(
+    "-v", "--log-verbosity", "verbosity", envvar="LOG_VERBOSITY", default=DEFAULT_VERBOSITY,
+    show_default=True,
+    type=click.IntRange(min=0), help="0 state changes, 2 decisions, 4 watch events, 6 requests, 7 bodies.",
+)  # fmt: skip
 def run_command(**options: Any) -> None:
     """Label the pod, render the IMEX files and supervise nvidia-imex until SIGTERM."""
     from cdctl.cli.errors import fail

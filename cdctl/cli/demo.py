@@ -9,6 +9,7 @@ existing log unless told to (`--overwrite`).
 
 from __future__ import annotations
 
+import shlex
 import time
 import uuid
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from cdctl.domain.computedomains import (
 )
 from cdctl.domain.errors import InvalidInput
 from cdctl.domain.events import Actor, DomainEvent, NewEvent
+from cdctl.invocation import cdctl_command, on_path_hint
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore, StreamAppend
@@ -176,6 +178,20 @@ async def write_scenario(path: Path, nodes: int) -> Summary:
         return Summary(store.head(), claim_count, prepared, len(leftover), formed)
 
 
+def explore_commands(path: Path, position: int) -> list[str]:
+    """The commands `cdctl demo` prints, each runnable as printed from where the demo ran."""
+    cdctl, db = cdctl_command(), shlex.quote(str(path))
+    query = shlex.quote("SELECT name, node, state, requested_at, prepared_at FROM claim_lifecycle")
+    return [
+        f"{cdctl} events --db {db} --stream 'domain/*'",
+        f"{cdctl} events --db {db} --type 'ClaimPrepare*' -o wide",
+        f"{cdctl} sql --db {db} {query}",
+        f"{cdctl} replay --db {db} --position {position}",
+        f"{cdctl} history --db {db} computedomain/team-a/nvl72-job",
+        f"{cdctl} verify --db {db}",
+    ]
+
+
 @click.command()
 @click.option(
     "--nodes", default=18, show_default=True, type=click.IntRange(1, 1152), help="Nodes in the domain."
@@ -209,11 +225,10 @@ def demo(nodes: int, keep: Path | None, overwrite: bool) -> None:
     click.echo(f"  formation (log time):     {summary.formation_s:.3f} s")
     click.echo(f"  claims left prepared:     {summary.left_prepared}")
     click.echo(f"\nevent log: {path.resolve()}\n\nexplore it:")
-    click.echo(f"  cdctl events --db {path} --stream 'domain/*'")
-    click.echo(
-        f'  cdctl sql --db {path} "SELECT name, node, state, requested_at, prepared_at FROM claim_lifecycle"'
-    )
-    click.echo(f"  cdctl replay --db {path} --position {summary.events // 2}")
-    click.echo(f"  cdctl verify --db {path}")
+    for command in explore_commands(path, summary.events // 2):
+        click.echo(f"  {command}")
+    hint = on_path_hint()
+    if hint:
+        click.echo(f"  {hint}")
     if summary.left_prepared:
         raise SystemExit(1)

@@ -10,19 +10,24 @@ a contract. Thin: flags -> store/projections calls.
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 from sqlalchemy.exc import DBAPIError
 
 from cdctl.cli import collected
 from cdctl.cli.errors import fail, guarded, parse_time, run
+from cdctl.cli.output import (
+    Column,
+    Printer,
+    columns_of,
+    output_option,
+    print_document,
+    print_items,
+    summarize,
+)
 from cdctl.domain.errors import InvalidInput, StoreError, StoreLocked
 from cdctl.domain.events import RecordedEvent
 from cdctl.projections.lifecycle import lifecycle_projections
@@ -42,30 +47,7 @@ db_option = click.option(
 source_option = click.option(
     "--source", help="Collected file: only sources matching this glob (kubelet-plugin/*, daemon/NODE/*)."
 )
-json_option = click.option(
-    "--json", "as_json", is_flag=True, help="One JSON document (or JSON lines) on stdout."
-)
 FOLLOW_INTERVAL = 0.5
-PIPE_WIDTH = 240
-
-
-def _console() -> Console:
-    # A pipe or file gets wide, unwrapped tables (grep-able); a terminal gets its own width.
-    return Console(soft_wrap=True) if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
-
-
-def _print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    table = Table(title=title, show_lines=False, header_style="bold")
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    _console().print(table)
-
-
-def _summary(data: dict[str, Any], width: int = 80) -> str:
-    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 async def _open(db: Path) -> SqliteEventStore:
@@ -94,7 +76,7 @@ async def _select_events(
         where.append("stream GLOB ?")
         params.append(stream)  # type: ignore[arg-type]
     if type_:
-        where.append("type = ?")
+        where.append("type GLOB ?")
         params.append(type_)  # type: ignore[arg-type]
     if since:
         where.append("recorded_at >= ?")
@@ -108,12 +90,12 @@ async def _select_events(
 @click.command()
 @db_option
 @click.option("--stream", help="Only this stream; glob patterns allowed (claim/*, domain/<uid>).")
-@click.option("--type", "type_", help="Only events of this type.")
+@click.option("--type", "type_", help="Only events of this type; glob patterns allowed (Claim*, *Failed).")
 @click.option("--since", help="Only events recorded at or after: ISO 8601, or an age like 15m, 2h, 1d.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing events as they are appended.")
 @source_option
 @click.option("--node", help="Collected file: only sources of this node.")
-@json_option
+@output_option
 @guarded
 def events(
     db: Path,
@@ -123,18 +105,21 @@ def events(
     follow: bool,
     source: str | None,
     node: str | None,
-    as_json: bool,
+    output: str,
 ) -> None:
     """List the events of an event log, oldest first (a collected file: every source's, by time)."""
     since_text = parse_time(since, "--since").isoformat(timespec="microseconds") if since else None
     if _is_collected(db):
         if follow:
             raise InvalidInput("command line", "--follow", f"{db} is a collected file: it does not grow")
+        printer = Printer(output, event_columns(True), "events")
         with collected.open_file(db) as file:
             for page in collected.events_pages(file, stream, type_, since_text, source, node):
-                _emit_lines(page, as_json, True)
+                printer.add(event_items(page, True))
+        printer.close()
         return
     _log_only(db, source=source, node=node)
+    printer = Printer(output, event_columns(False), "events", follow=follow)
 
     async def main() -> None:
         async with await _open(db) as store:
@@ -143,45 +128,49 @@ def events(
                 batch = await _select_events(store, after, stream, type_, since_text)
                 if batch:
                     after = batch[-1].position
-                    _emit_events(batch, as_json)
+                    printer.add(event_items((Line("", e) for e in batch), False))
                     continue
                 if not follow:
                     return
                 await asyncio.sleep(FOLLOW_INTERVAL)  # another process writes the file: nothing to wake us
 
     run(main())
+    printer.close()
 
 
-def _emit_events(batch: list[RecordedEvent], as_json: bool) -> None:
-    _emit_lines([Line("", e) for e in batch], as_json, False)
+def event_columns(with_source: bool) -> list[Column]:
+    """An event's row: where and when, its type, a summary of its data; -o wide adds the actor and data."""
+    columns = [
+        Column("POSITION", lambda i: i["position"]),
+        Column("TIME", lambda i: i["recorded_at"][:23] + "Z"),  # UTC to the millisecond, like a log line
+        Column("STREAM", lambda i: i["stream"]),
+        Column("VERSION", lambda i: i["version"]),
+        Column("TYPE", lambda i: i["type"]),
+        Column("SUMMARY", lambda i: summarize(i["data"])),
+        Column("ACTOR", lambda i: _actor(i["metadata"]), wide=True),
+        Column("DATA", lambda i: i["data"], wide=True),
+    ]
+    return [Column("SOURCE", lambda i: i["source"]), *columns] if with_source else columns
 
 
-def _emit_lines(lines: list[Line], as_json: bool, with_source: bool) -> None:
-    """Events as a table (a `source` column for a collected file) or JSON lines (with `source`)."""
-    if as_json:
-        for line in lines:
-            body = line.event.to_json() | ({"source": line.source} if with_source else {})
-            click.echo(json.dumps(body, sort_keys=True))
-        return
-    columns = ("source",) * with_source + ("position", "recorded_at", "stream", "version", "type", "data")
-    _print_table(
-        None,
-        columns,
-        [
-            (*(line.source,) * with_source, e.position, e.recorded_at.isoformat(timespec="milliseconds"),
-             e.stream, e.version, e.type, _summary(e.data))
-            for line in lines
-            for e in (line.event,)
-        ],
-    )  # fmt: skip
+def _actor(metadata: dict[str, Any]) -> str:
+    actor = metadata.get("actor") if isinstance(metadata, dict) else None
+    if not isinstance(actor, dict):
+        return ""
+    return "/".join(str(actor[k]) for k in ("component", "pod") if actor.get(k))
+
+
+def event_items(lines: Iterable[Line], with_source: bool) -> list[dict[str, Any]]:
+    """Each event as `RecordedEvent.to_json()`, with its `source` in a collected file (docs/cli.md)."""
+    return [({"source": line.source} if with_source else {}) | line.event.to_json() for line in lines]
 
 
 @click.command()
 @db_option
 @click.argument("statement")
-@json_option
+@output_option
 @guarded
-def sql(db: Path, statement: str, as_json: bool) -> None:
+def sql(db: Path, statement: str, output: str) -> None:
     """Run one read-only SQL statement (the file is opened read-only; writes are refused).
 
     Views: claim_lifecycle, channel_allocations, checkpoint_transitions, domain_history, channel_assignments
@@ -192,7 +181,7 @@ def sql(db: Path, statement: str, as_json: bool) -> None:
     if _is_collected(db):
         with collected.open_file(db) as file:
             names, found = collected.sql(file, statement)
-        _print_rows(names, found, as_json)
+        _print_rows(names, found, output, "rows")
         return
 
     async def main() -> tuple[list[str], list[Sequence[Any]]]:
@@ -208,15 +197,16 @@ def sql(db: Path, statement: str, as_json: bool) -> None:
                 raise InvalidInput("cdctl sql", "STATEMENT", message) from None
 
     columns, rows = run(main())
-    _print_rows(columns, rows, as_json)
+    _print_rows(columns, rows, output, "rows")
 
 
-def _print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps([dict(zip(columns, row, strict=True)) for row in rows], default=str))
-    else:
-        _print_table(None, columns, rows)
-        click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})", err=True)
+def _print_rows(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], output: str, noun: str, upper: bool = False
+) -> None:
+    """Rows of a query as objects keyed by column name; the headers are the names (sql: as written)."""
+    print_items(
+        output, columns_of(columns, upper), noun, [dict(zip(columns, row, strict=True)) for row in rows]
+    )
 
 
 @click.command("replay")
@@ -224,9 +214,9 @@ def _print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], as_json: 
 @click.option("--at", "at", help="Rebuild as of this instant: ISO 8601, or an age like 15m, 2h, 1d.")
 @click.option("--position", type=click.IntRange(min=0), help="Rebuild as of this log position.")
 @source_option
-@json_option
+@output_option
 @guarded
-def replay_command(db: Path, at: str | None, position: int | None, source: str | None, as_json: bool) -> None:
+def replay_command(db: Path, at: str | None, position: int | None, source: str | None, output: str) -> None:
     """Print the state the projections had at a point in the log (default: now).
 
     A collected file: every source's read models as of `--at`, with a `source` column (`--position` is per
@@ -239,13 +229,7 @@ def replay_command(db: Path, at: str | None, position: int | None, source: str |
     if _is_collected(db):
         with collected.open_file(db) as file:
             tables = collected.replay(file, until, source, position)
-        if as_json:
-            click.echo(json.dumps({"tables": tables}, default=str, sort_keys=True))
-            return
-        for name, table_rows in tables.items():
-            projection = {p.name: p for p in lifecycle_projections()}[name]
-            shown = ("source", *projection.columns)
-            _print_table(name, shown, [[row.get(c) for c in shown] for row in table_rows])
+        _print_replay({"position": position, "events": None, "tables": tables}, output, ("source",))
         return
     _log_only(db, source=source)
 
@@ -254,14 +238,21 @@ def replay_command(db: Path, at: str | None, position: int | None, source: str |
             return await replay(store, lifecycle_projections(), position=position, until=until)
 
     result = run(main())
-    if as_json:
-        click.echo(json.dumps(result.to_json(), default=str, sort_keys=True))
+    if output in ("table", "wide"):
+        click.echo(f"state after position {result.position} ({result.events} events folded)\n")
+    _print_replay(result.to_json(), output, ())
+
+
+def _print_replay(document: dict[str, Any], output: str, first: tuple[str, ...]) -> None:
+    """Replay's one document (docs/cli.md); as a table, one titled block per read model, rows in log order."""
+    if output not in ("table", "wide"):
+        print_document(output, document)
         return
-    click.echo(f"state after position {result.position} ({result.events} events folded)")
     projections = {p.name: p for p in lifecycle_projections()}
-    for name, rows in result.tables.items():
-        columns = projections[name].columns
-        _print_table(name, columns, [[row.get(c) for c in columns] for row in rows])
+    for index, (name, rows) in enumerate(document["tables"].items()):
+        click.echo(f"{chr(10) if index else ''}{name}:")
+        columns = columns_of((*first, *projections[name].columns), summarized=("detail",))
+        print_items(output, columns, f"{name} rows", rows)
 
 
 def parse_head(value: str) -> tuple[int, str]:
@@ -284,10 +275,11 @@ def parse_head(value: str) -> tuple[int, str]:
 )  # fmt: skip
 @click.option(
     "--expect-head", "expect_heads", multiple=True, metavar="POSITION:HASH",
-    help="A head the component published (metrics cdctl_event_log_head); the log must still hold it.",
+    help="A head the component published (metrics cdctl_event_log_head_info); the log must still hold it.",
 )  # fmt: skip
+@output_option
 @guarded
-def verify(db: Path, key_files: tuple[Path, ...], expect_heads: tuple[str, ...]) -> None:
+def verify(db: Path, key_files: tuple[Path, ...], expect_heads: tuple[str, ...], output: str) -> None:
     """Check the hash chain (keyed or not), published heads, and that rebuilt projections match.
 
     Without a published head, a log cut at its end still verifies: compare with a head recorded outside the
@@ -303,7 +295,7 @@ def verify(db: Path, key_files: tuple[Path, ...], expect_heads: tuple[str, ...])
                 "a collected file records each source's heads; verify checks them",
             )
         with collected.open_file(db) as file:
-            collected.verify(file, keys)
+            collected.verify(file, keys, output)
         return
     if len(keys) > 1:
         raise InvalidInput("command line", "--key-file", f"{db} is one event log: give one key")
@@ -326,10 +318,15 @@ def verify(db: Path, key_files: tuple[Path, ...], expect_heads: tuple[str, ...])
         return report
 
     report = run(main())
-    if not report.ok:
+    if output not in ("table", "wide"):
+        print_document(output, _verify_document(db, report, key is not None, len(heads)))
+    elif not report.ok:
         for problem in report.problems:
             click.echo(f"cdctl: verify: {problem}", err=True)
+    if not report.ok:
         fail(f"{db}: verification failed; first bad position {report.first_bad_position}", 1)
+    if output not in ("table", "wide"):
+        return
     chain = "keyed hash chain (HMAC-SHA256)" if key is not None else "hash chain"
     matched = f", {len(heads)} published head{'s' if len(heads) != 1 else ''} held" if heads else ""
     for note in report.notes:
@@ -347,14 +344,28 @@ def verify(db: Path, key_files: tuple[Path, ...], expect_heads: tuple[str, ...])
     )
 
 
+def _verify_document(db: Path, report: VerifyReport, keyed: bool, heads: int) -> dict[str, Any]:
+    """verify's JSON shape (docs/cli.md): the same for an event log (one source) and a collected file."""
+    horizon = report.horizon
+    source = {
+        "source": str(db), "ok": report.ok, "events": report.events, "keyed": keyed,
+        "heads_held": heads if report.ok else 0, "first_bad_position": report.first_bad_position,
+        "problems": report.problems, "notes": report.notes, "runs": 1,
+        "horizon": None if horizon is None else {
+            "position": horizon.position, "recorded_at": horizon.recorded_at, "pending": horizon.pending,
+        },
+    }  # fmt: skip
+    return {"ok": report.ok, "events": report.events, "sources": [source], "problems": []}
+
+
 @click.command()
 @db_option
 @click.argument("subject")
 @click.option("--since", help="Only events recorded at or after: ISO 8601, or an age like 15m, 2h, 1d.")
 @click.option("--until", help="Only events recorded at or before: ISO 8601, or an age.")
-@json_option
+@output_option
 @guarded
-def history(db: Path, subject: str, since: str | None, until: str | None, as_json: bool) -> None:
+def history(db: Path, subject: str, since: str | None, until: str | None, output: str) -> None:
     """One object's timeline, in time order (a collected file: across its sources, each line's source).
 
     SUBJECT is what kubectl calls it: computedomain/NAMESPACE/NAME, resourceclaim/NAMESPACE/NAME or
@@ -382,15 +393,16 @@ def history(db: Path, subject: str, since: str | None, until: str | None, as_jso
     click.echo(said, err=True)  # what SUBJECT resolved to; stderr, so JSON on stdout stays clean
     if len(lines) >= TIMELINE_LIMIT:
         click.echo(f"showing the first {TIMELINE_LIMIT} events: narrow with --since and --until", err=True)
-    _emit_lines(lines, as_json, _is_collected(db))
+    with_source = _is_collected(db)
+    print_items(output, event_columns(with_source), "events", event_items(lines, with_source))
 
 
 @click.command()
 @db_option
 @click.option("--stream", help="Only streams matching this glob (claim/*, domain/<uid>).")
-@json_option
+@output_option
 @guarded
-def streams(db: Path, stream: str | None, as_json: bool) -> None:
+def streams(db: Path, stream: str | None, output: str) -> None:
     """What a log holds: each stream with its event count and first and last times (a collected file: per
     source)."""
     if _is_collected(db):
@@ -408,4 +420,4 @@ def streams(db: Path, stream: str | None, as_json: bool) -> None:
                 )
 
         columns, rows = ["stream", "events", "first", "last"], run(main())
-    _print_rows(columns, rows, as_json)
+    _print_rows(columns, rows, output, "streams", upper=True)

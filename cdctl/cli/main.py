@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "controller": ("cdctl.cli.controller", "controller"),
     "kubelet-plugin": ("cdctl.cli.plugin", "kubelet_plugin"),
     "daemon": ("cdctl.cli.daemon", "daemon"),
+    "probe": ("cdctl.cli.probe", "probe_command"),
     "sim": ("cdctl.cli.sim", "sim"),
     "demo": ("cdctl.cli.demo", "demo"),
     "events": ("cdctl.cli.history", "events"),
@@ -28,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("cdctl.cli.history", "history"),
     "streams": ("cdctl.cli.history", "streams"),
     "collect": ("cdctl.cli.collect", "collect_command"),
+    "version": ("cdctl.cli.shell", "version"),
+    "completion": ("cdctl.cli.shell", "completion"),
 }
 
 
@@ -55,4 +58,6 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli()
+    # One program name however it was started (`python -m cdctl` too), so shell completion's variable is
+    # always _CDCTL_COMPLETE (cdctl.cli.shell).
+    cli(prog_name="cdctl")

@@ -23,7 +23,7 @@ import click
 from cdctl.api.gates import parse_feature_gates
 from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, parse_channel_count, parse_isolation
 from cdctl.cli.errors import fail, guarded
-from cdctl.cli.logs import configure_logging
+from cdctl.cli.logs import DEFAULT_VERBOSITY, configure_logging
 from cdctl.cli.retention import policy, retention_options
 from cdctl.domain.errors import CdctlError
 from cdctl.k8s.tokens import parse_service_account
@@ -188,6 +188,21 @@ def _slots(value: int, *, field: str) -> int:
 @click.option("--kube-api-burst", envvar="KUBE_API_BURST", default=10, show_default=True, type=int)
 @click.option("--feature-gates", envvar="FEATURE_GATES", default="", help="Comma list of Gate=true|false.")
 @click.option(
+    "--imex-mode", envvar="IMEX_MODE", default="",
+    help="driverManaged or hostManaged: the Go driver's spelling of HostManagedIMEX "
+    "(docs/upgrade-from-nvidia.md).",
+)  # fmt: skip
+@click.option(
+    "--gpu-clique-label/--no-gpu-clique-label", "--gpu-clique-label-enabled",
+    envvar="GPU_CLIQUE_LABEL_ENABLED", default=False, show_default=True,
+    help="Set the nvidia.com/gpu.clique label on this node (as GPU Feature Discovery did); keep it current.",
+)  # fmt: skip
+@click.option(
+    "--clique-refresh-interval", envvar="CLIQUE_REFRESH_INTERVAL", default=600.0, show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="Seconds between re-reads of the NVLink clique; a change republishes the slice (and the label).",
+)  # fmt: skip
+@click.option(
     "--fake-nvml",
     envvar="FAKE_NVML",
     default=None,
@@ -267,7 +282,10 @@ def _slots(value: int, *, field: str) -> int:
     show_default=True,
     type=click.Choice(["console", "json"]),
 )
-@click.option("-v", "--verbosity", envvar="LOG_VERBOSITY", default=4, show_default=True, type=int)
+@click.option(
+    "-v", "--verbosity", envvar="LOG_VERBOSITY", default=DEFAULT_VERBOSITY, show_default=True,
+    type=click.IntRange(min=0), help="0 state changes, 2 decisions, 4 watch events, 6 requests, 7 bodies.",
+)  # fmt: skip
 @guarded
 def kubelet_plugin(
     node_name: str,
@@ -291,6 +309,9 @@ def kubelet_plugin(
     kube_api_qps: float,
     kube_api_burst: int,
     feature_gates: str,
+    imex_mode: str,
+    gpu_clique_label: bool,
+    clique_refresh_interval: float,
     fake_nvml: str | None,
     proc_devices: str,
     fabric_imex_mgmt_cap: str,
@@ -306,7 +327,7 @@ def kubelet_plugin(
 ) -> None:
     """Serve the kubelet DRA API for ComputeDomain channels and daemons on this node."""
     configure_logging(log_format, verbosity)
-    gates = parse_feature_gates(feature_gates)
+    gates = parse_feature_gates(feature_gates, imex_mode)
     cfg = PluginConfig(
         node_name=node_name,
         namespace=namespace,
@@ -330,6 +351,8 @@ def kubelet_plugin(
         boot_id_path=boot_id_path,
         resource_api_version=resource_api_version,
         fabric_reprobe_s=fabric_reprobe_interval,
+        gpu_clique_label=gpu_clique_label,
+        clique_refresh_s=clique_refresh_interval,
         http_endpoint=http_endpoint,
         metrics_path=metrics_path,
         pod_name=pod_name,

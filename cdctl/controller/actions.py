@@ -3,12 +3,13 @@
 Every write first records `DomainActionIntended` (durable before the call), then performs it, then records
 `DomainActionSucceeded` or `DomainActionFailed`; a success in one append with the object the API returned,
 fed back through the journal so the view reflects the write at once (as deleted, when the write removed the
-last finalizer of an object being deleted: teardown need not wait for the watch to see it go). API errors
-are mapped to the typed errors the work queue understands: conflicts and server or transport failures are
-retriable, invalid or forbidden requests are permanent. A failure is logged as a warning (inside the
-reconcile, so the line names the domain); a success at debug verbosity, and in the reconcile's `WRITES`
-list, which the reconciler logs as one line (a line per write cost as much CPU as the write; the event log
-records each one anyway). Used by every reconciler module of this package.
+last finalizer of an object being deleted: teardown need not wait for the watch to see it go). A create
+whose name is taken succeeded only if the object found is the domain's; otherwise it is recorded as failed,
+with who holds the name. API errors are mapped to the typed errors the work queue understands: conflicts
+and server or transport failures are retriable, invalid or forbidden requests are permanent. A failure is
+logged as a warning (inside the reconcile, so the line names the domain); a success at debug verbosity, and
+in the reconcile's `WRITES` list, which the reconciler logs as one line (a line per write cost as much CPU as
+the write; the event log records each one anyway). Used by every reconciler module of this package.
 """
 
 from __future__ import annotations
@@ -20,14 +21,20 @@ from typing import Any
 
 import structlog
 
+from cdctl.api.verbosity import V_DECISION
 from cdctl.controller.journal import Journal
 from cdctl.controller.observations import PATCHED_FINALIZERS
-from cdctl.domain.computedomains import DomainActionFailed, DomainActionIntended, DomainActionSucceeded
+from cdctl.domain.computedomains import (
+    LABEL_COMPUTE_DOMAIN,
+    DomainActionFailed,
+    DomainActionIntended,
+    DomainActionSucceeded,
+)
 from cdctl.domain.errors import PermanentError, RetriableError
 from cdctl.domain.events import DomainEvent
 from cdctl.k8s.errors import AlreadyExistsError, ConflictError, KubeApiError, NotFoundError
 from cdctl.k8s.informer import Change
-from cdctl.k8s.kube_events import POSTED, SUPPRESSED, EventRecorder
+from cdctl.k8s.kube_events import AGGREGATED, POSTED, SUPPRESSED, EventRecorder
 from cdctl.k8s.resources import ResourceType
 from cdctl.k8s.rest import KubeApi
 
@@ -45,6 +52,11 @@ def written_change(obj: JsonObject) -> Change:
     (the API server removes it in the same write), else MODIFIED."""
     meta = obj.get("metadata") or {}
     return Change.DELETED if meta.get("deletionTimestamp") and not meta.get("finalizers") else Change.MODIFIED
+
+
+def labelled_for(uid: str) -> Callable[[JsonObject], bool]:
+    """Whether an object carries the domain's label: the default test that a found object is the domain's."""
+    return lambda obj: ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPUTE_DOMAIN) == uid
 
 
 def typed(exc: KubeApiError, what: str) -> RetriableError | PermanentError:
@@ -88,7 +100,7 @@ class Actions:
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, detail: str = ""
     ) -> DomainActionSucceeded:
         target = f"{namespace}/{name}" if namespace else name
-        log.debug(action, kind=resource.kind, object=target, detail=detail)
+        log.info(action, kind=resource.kind, object=target, detail=detail, v=V_DECISION)
         writes = WRITES.get()
         if writes is not None:
             writes.append(f"{action} {resource.kind} {target}{f' ({detail})' if detail else ''}")
@@ -119,16 +131,30 @@ class Actions:
     async def _failed(
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, exc: KubeApiError
     ) -> None:
+        await self.refused(uid, action, resource, namespace, name, str(exc), exc.retriable)
+
+    async def refused(
+        self,
+        uid: str,
+        action: str,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        error: str,
+        retriable: bool,
+    ) -> None:
+        """Record (and log as a warning) an action that did not do what it meant, with the reason."""
         target = f"{namespace}/{name}" if namespace else name
-        log.warning(f"{action} failed", kind=resource.kind, object=target, error=str(exc))
+        log.warning(f"{action} failed", kind=resource.kind, object=target, error=error)
         await self.record(
-            uid, [DomainActionFailed(uid, action, resource.kind, namespace, name, str(exc), exc.retriable)]
+            uid, [DomainActionFailed(uid, action, resource.kind, namespace, name, error, retriable)]
         )
 
     async def warn(self, uid: str, obj: JsonObject, reason: str, message: str) -> None:
-        """Tell the user on the object (a Warning Event); logged as an action unless a suppressed repeat."""
+        """Tell the user on the object (a Warning Event); recorded as an action when a new Event was posted
+        (or could not be), not for a repeat that only bumped its count."""
         outcome = await self.recorder.warn(obj, reason, message)
-        if outcome == SUPPRESSED:
+        if outcome in (SUPPRESSED, AGGREGATED):
             return
         meta = obj.get("metadata", {})
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
@@ -145,20 +171,60 @@ class Actions:
         except KubeApiError as exc:
             raise typed(exc, f"get {resource.kind} {namespace}/{name}") from exc
 
-    async def create(self, uid: str, resource: ResourceType, body: JsonObject) -> JsonObject | None:
-        """Create `body`; None when an object of that name exists (the caller decides what that means)."""
+    async def create(
+        self,
+        uid: str,
+        resource: ResourceType,
+        body: JsonObject,
+        ours: Callable[[JsonObject], bool] | None = None,
+    ) -> JsonObject | None:
+        """Create `body`, and say whether that did what was meant.
+
+        When the name is taken, the object found is read: if it is this domain's (`ours(found)`; by default,
+        it carries the domain's label), the create is a success ("already exists"), the object is ingested and
+        returned; if not, the create failed (the name is someone else's: a warning, DomainActionFailed with
+        who holds it) and None is returned for the caller to act on (a conflict to report, a status to set).
+        """
         namespace, name = str(body["metadata"].get("namespace", "")), str(body["metadata"]["name"])
         await self._intend(uid, "create", resource, namespace, name)
         try:
             created = await self.api.create(resource.collection_path(namespace or None), body)
         except AlreadyExistsError:
-            await self._succeeded(uid, "create", resource, namespace, name, "already exists")
-            return None
+            return await self._taken(uid, resource, namespace, name, ours or labelled_for(uid))
         except KubeApiError as exc:
             await self._failed(uid, "create", resource, namespace, name, exc)
             raise typed(exc, f"create {resource.kind} {namespace}/{name}") from exc
         await self._succeeded_with(uid, "create", resource, namespace, name, created, Change.ADDED)
         return created
+
+    async def _taken(
+        self, uid: str, resource: ResourceType, namespace: str, name: str, ours: Callable[[JsonObject], bool]
+    ) -> JsonObject | None:
+        """The outcome of a create whose name was taken: whose object holds it decides."""
+        try:
+            found = await self.api.get_or_none(resource.object_path(namespace or None, name))
+        except KubeApiError as exc:
+            await self._failed(uid, "create", resource, namespace, name, exc)
+            raise typed(exc, f"get {resource.kind} {namespace}/{name}") from exc
+        if found is None:
+            await self.refused(
+                uid, "create", resource, namespace, name, "already exists, then vanished", True
+            )
+            raise RetriableError(f"{resource.kind} {namespace}/{name} vanished during create", delay=0.0)
+        if ours(found):
+            outcome = self._success(uid, "create", resource, namespace, name, "already exists")
+            await self.journal.observe_written(
+                resource, found, Change.MODIFIED, (uid, outcome), wait=not _PIPELINED.get()
+            )
+            return found
+        meta = found.get("metadata") or {}
+        holder = (meta.get("labels") or {}).get(LABEL_COMPUTE_DOMAIN)
+        whose = f"ComputeDomain {holder}'s" if holder and holder != uid else "not this ComputeDomain's"
+        if holder == uid:
+            whose = "labelled for this ComputeDomain but not what it would create"
+        reason = f"already exists and is {whose} (uid {meta.get('uid', '?')})"
+        await self.refused(uid, "create", resource, namespace, name, reason, True)
+        return None
 
     async def replace(
         self, uid: str, action: str, resource: ResourceType, body: JsonObject, subresource: str | None = None

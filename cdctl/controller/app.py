@@ -35,7 +35,7 @@ from cdctl.store.base import EventStore
 from cdctl.store.export import LogRef
 from cdctl.store.integrity import read_key_file
 from cdctl.store.logserver import LogServer
-from cdctl.store.metrics import EventLogHeadCollector
+from cdctl.store.metrics import EventLogCollector, ProjectionLagCollector
 from cdctl.store.sqlite import SqliteEventStore
 
 log = structlog.get_logger(__name__)
@@ -70,8 +70,8 @@ async def run_controller(
 
     The event log is `settings.db_path` (opened and closed here), or `store` when given (left open).
     """
-    for override in settings.feature_gates.overrides:
-        log.info(override)
+    for note in (*settings.feature_gates.overrides, *settings.feature_gates.ignored):
+        log.info(note)
     log.info("controller manager config", **settings_for_log(settings))
     client = await api_client(settings.kubeconfig)
     own_store: EventStore | None = None
@@ -92,7 +92,10 @@ async def run_controller(
             retention = asyncio.create_task(loop.run(), name="retention")
         manager = ControllerManager(settings, api, store, resource_version)
         if isinstance(store, SqliteEventStore):
-            manager.metrics.registry.register(EventLogHeadCollector(store))
+            manager.metrics.registry.register(EventLogCollector(store))
+            history = manager.journal.history
+            if history is not None:
+                manager.metrics.registry.register(ProjectionLagCollector(store, lambda: history.positions))
         elector = None
         if settings.leader_election.enabled:
             election = settings.leader_election

@@ -42,7 +42,7 @@ from cdctl.domain.channels import (
     format_channels,
     published_channel,
 )
-from cdctl.domain.computedomains import STATUS_NOT_READY, STATUS_READY
+from cdctl.domain.computedomains import STATUS_NOT_READY, STATUS_READY, Blocked, DaemonEntry, global_status
 from cdctl.k8s.resources import COMPUTE_DOMAIN_CLIQUES, NODES, PODS
 
 log = structlog.get_logger(__name__)
@@ -56,7 +56,6 @@ SHARED_DAEMON_SELECTOR = f"{SHARED_DAEMON_COMPONENT_LABEL}={SHARED_DAEMON_COMPON
 
 REASON_EXHAUSTED = "IMEXChannelsExhausted"
 REASON_NO_CLIQUE = "NodeWithoutClique"
-REASON_DAEMON = "IMEXDaemonNotReady"
 
 
 @dataclass
@@ -65,8 +64,18 @@ class ChannelStatus:
 
     nodes: list[tuple[str, str, bool]] = field(default_factory=list)  # (node, clique, ready)
     channels: dict[str, int] = field(default_factory=dict)  # clique -> channel, published
-    reason: str = ""  # why it is not Ready ("" when nothing but readiness of nodes is missing)
+    reason: str = ""  # what keeps it waiting (no free channel, a node of unknown clique); "" when nothing
     message: str = ""
+
+    def blocked(self) -> tuple[str, str] | None:
+        return (self.reason, self.message) if self.reason else None
+
+    def entries(self) -> list[DaemonEntry]:
+        """The nodes as status entries (no daemon index: the node's shared IMEX daemon serves them all)."""
+        return [
+            DaemonEntry(node, "", clique, 0, STATUS_READY if ready else STATUS_NOT_READY)
+            for node, clique, ready in sorted(self.nodes)
+        ]
 
 
 class Channels:
@@ -107,7 +116,11 @@ class Channels:
 
     def domains_on(self, node: str) -> list[str]:
         """The domains with a claim allocated on `node` (a change of the node concerns them)."""
-        return [s.uid for s in self.ctx.view if any(n == node for n, _ in self.claim_nodes(s, None))]
+        return [
+            state.uid
+            for state in self.ctx.view
+            if any(o.kind == KIND_CLAIM and o.summary.get("node") == node for o in state.objects.values())
+        ]
 
     def published(self, state: DomainState) -> dict[str, int]:
         """clique -> channel published on the domain's clique objects (what plugins see)."""
@@ -150,9 +163,6 @@ class Channels:
             for node in sorted({n for n, _ in members}):
                 ready = channel is not None and self.daemon_ready(node)
                 status.nodes.append((node, clique, ready))
-        if not status.reason and any(not ready for _, _, ready in status.nodes):
-            status.reason = REASON_DAEMON
-            status.message = "the IMEX daemon of a node of the domain is not Ready"
         return status
 
     def _lock(self, clique: str) -> asyncio.Lock:
@@ -256,21 +266,14 @@ class Channels:
         return [(state.clique_id, state.free(count)) for state in self.book.cliques()]
 
 
-def status_of(channel_status: ChannelStatus, num_nodes: int) -> JsonObject:
-    """The `status` object of a domain under `channel` isolation."""
-    nodes = [
-        {
-            "name": node,
-            "ipAddress": "",
-            "cliqueID": clique,
-            "status": STATUS_READY if ready else STATUS_NOT_READY,
-        }
-        for node, clique, ready in sorted(channel_status.nodes)
-    ]
-    ready = not channel_status.reason and len(nodes) >= num_nodes
+def status_of(channel_status: ChannelStatus, num_nodes: int, blocked: Blocked | None) -> JsonObject:
+    """The `status` object of a domain under `channel` isolation: NotReady with a `Ready=False` condition
+    while `blocked`, else Ready once every node of its claims is (its channel published, its daemon Ready)."""
+    entries = channel_status.entries()
+    nodes = [{k: v for k, v in e.to_status_json().items() if k != "index"} for e in entries]
+    ready = blocked is None and global_status(entries, num_nodes) == STATUS_READY
     desired: JsonObject = {"status": STATUS_READY if ready else STATUS_NOT_READY, "nodes": nodes}
     desired["channels"] = format_channels(channel_status.channels)
-    if channel_status.reason:
-        desired["reason"] = channel_status.reason
-        desired["message"] = channel_status.message
+    if blocked is not None:
+        desired["conditions"] = [blocked.condition()]
     return desired

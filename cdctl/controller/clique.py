@@ -32,6 +32,7 @@ from cdctl.domain.computedomains import (
     split_by_clique,
     status_nodes,
 )
+from cdctl.domain.errors import RetriableError
 from cdctl.domain.events import DomainEvent
 from cdctl.k8s.resources import COMPUTE_DOMAIN_CLIQUES
 
@@ -138,12 +139,15 @@ class Cliques:
             "daemons": [],
             **fields,
         }
-        if await self.ctx.actions.create(uid, COMPUTE_DOMAIN_CLIQUES, body) is None:
-            current = await self.ctx.actions.get(COMPUTE_DOMAIN_CLIQUES, namespace, name)
-            if current is not None:
-                await self.ctx.actions.replace(
-                    uid, "update-clique", COMPUTE_DOMAIN_CLIQUES, {**current, **fields}
-                )
+        current = await self.ctx.actions.create(uid, COMPUTE_DOMAIN_CLIQUES, body)
+        if current is None:
+            raise RetriableError(
+                f"ComputeDomainClique {namespace}/{name} exists and is not this ComputeDomain's", delay=30.0
+            )
+        if any(current.get(k) != v for k, v in fields.items()):  # ours, from before: bring it up to date
+            await self.ctx.actions.replace(
+                uid, "update-clique", COMPUTE_DOMAIN_CLIQUES, {**current, **fields}
+            )
 
     async def _assign_in_status(
         self, state: DomainState, groups: dict[tuple[str, str], list[DaemonPod]]

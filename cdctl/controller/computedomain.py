@@ -1,7 +1,9 @@
 """Reconcile one ComputeDomain, level-based: from the view (what the log says) to the cluster.
 
 Live domain: finalizer, then (driver-managed mode) the daemon template and DaemonSet, then the workload
-template, then cliques and status, and a warning for each of its nodes that is not Ready. Deleting domain, in
+template, then cliques and status, and a warning for each of its nodes that is not Ready. While the workload
+template's name is held by an object that is not the domain's, the status is NotReady with that reason (a
+`Ready=False` condition) in either mode, whatever the daemons say. Deleting domain, in
 the reference's order, each step idempotent: delete the workload template; delete the daemon templates and
 DaemonSets in every namespace; remove the node labels; remove the workload template's finalizer and wait until
 it is gone; remove the daemon templates' and DaemonSets' finalizers and wait until they are gone; delete the
@@ -25,13 +27,14 @@ from typing import Any
 
 import structlog
 
+from cdctl.api.verbosity import V_DECISION
 from cdctl.controller.actions import WRITES
 from cdctl.controller.channels import REASON_EXHAUSTED, Channels
 from cdctl.controller.clique import Cliques
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.daemonset import DaemonSets
 from cdctl.controller.nodes import NodeLabels
-from cdctl.controller.resourceclaimtemplate import ClaimTemplateConflict, ClaimTemplates
+from cdctl.controller.resourceclaimtemplate import CONFLICT_REASON, ClaimTemplateConflict, ClaimTemplates
 from cdctl.controller.status import Status
 from cdctl.controller.view import DomainState
 from cdctl.domain.computedomains import (
@@ -83,6 +86,8 @@ class ComputeDomainReconciler:
                 WRITES.reset(token)
                 if writes:
                     log.info("ComputeDomain reconciled", writes=writes)
+                else:
+                    log.info("ComputeDomain reconciled: nothing to change", v=V_DECISION)
 
     async def _reconcile(
         self, uid: str, state: DomainState, cd_summary: ComputeDomainObserved | None
@@ -116,17 +121,22 @@ class ComputeDomainReconciler:
             await self._apply_channel(state, cd)
             return
         if not self.ctx.settings.driver_managed_daemons:
-            await self.templates.ensure_workload(state, cd)
+            try:
+                await self.templates.ensure_workload(state, cd)
+            except ClaimTemplateConflict as exc:
+                await self.status.write_admitted(state, self._fresh(state, cd), (CONFLICT_REASON, str(exc)))
+                raise
             await self.status.write_admitted(state, self._fresh(state, cd))
             return
         await self.daemon_sets.ensure(state, cd)
         conflict: ClaimTemplateConflict | None = None
         try:
             await self.templates.ensure_workload(state, cd)
-        except ClaimTemplateConflict as exc:  # the user's to fix; cliques and status still follow the daemons
+        except ClaimTemplateConflict as exc:  # the user's to fix; cliques still follow the daemons
             conflict = exc
         nodes = await self.cliques.sync(state, cd)
-        await self.status.write(state, self._fresh(state, cd), nodes)
+        blocked = (CONFLICT_REASON, str(conflict)) if conflict is not None else None
+        await self.status.write(state, self._fresh(state, cd), nodes, blocked)
         await self.node_labels.report_not_ready(state, self._fresh(state, cd), nodes)
         if conflict is not None:
             raise conflict
@@ -139,7 +149,8 @@ class ComputeDomainReconciler:
         except ClaimTemplateConflict as exc:
             conflict = exc
         channels = await self.channels.sync(state, cd)
-        await self.status.write_channels(state, self._fresh(state, cd), channels)
+        blocked = (CONFLICT_REASON, str(conflict)) if conflict is not None else None
+        await self.status.write_channels(state, self._fresh(state, cd), channels, blocked)
         if conflict is not None:
             raise conflict
         if channels.reason == REASON_EXHAUSTED:  # a release wakes it at once; this covers one not seen here

@@ -1,10 +1,12 @@
 """What every reconciler module shares: settings, the view, the journal, actions, events, resource types.
 
 Built once by cdctl.controller.manager after API discovery; passed to each reconciler's constructor.
+`formed` reports how long a domain took to turn Ready (the manager hands it the metrics' histogram).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cdctl.controller.actions import Actions
@@ -25,6 +27,8 @@ class ReconcileContext:
     actions: Actions
     recorder: EventRecorder
     resource_version: str
+    # Seconds a domain took to turn Ready (cdctl.controller.status measures, the metrics keep).
+    formed: Callable[[float], None] = lambda _seconds: None
 
     @property
     def claim_templates(self) -> ResourceType:

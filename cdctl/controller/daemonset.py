@@ -41,9 +41,12 @@ class DaemonSets:
         namespace = existing[0].namespace if existing else self.ctx.settings.namespace
         await self.templates.ensure_daemon(state, cd, namespace)
         if not existing:
-            await self.ctx.actions.create(
-                state.uid, DAEMON_SETS, render.daemon_set(cd, namespace, self.ctx.settings)
-            )
+            body = render.daemon_set(cd, namespace, self.ctx.settings)
+            if await self.ctx.actions.create(state.uid, DAEMON_SETS, body) is None:
+                name = body["metadata"]["name"]
+                raise RetriableError(
+                    f"DaemonSet {namespace}/{name} exists and is not this ComputeDomain's", delay=30.0
+                )
 
     async def delete(self, state: DomainState) -> None:
         """Per namespace: the daemon template first, then the DaemonSet (both idempotent)."""

@@ -82,6 +82,7 @@ class ControllerManager:
             actions=Actions(api, self.journal, self.recorder),
             recorder=self.recorder,
             resource_version=resource_version,
+            formed=self.metrics.formation.observe,
         )
         self.reconciler = ComputeDomainReconciler(self.ctx)
         self.reconciler.channels.wake = self.queue.add

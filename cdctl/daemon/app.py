@@ -102,10 +102,9 @@ class DaemonApp:
         shown = {f.name: str(getattr(s, f.name)) for f in dataclasses.fields(s) if f.name != "gates"}
         log.info("daemon settings", **shown)
         log.info("feature gates", **{k: str(v) for k, v in s.gates.values.items()})
-        for (
-            override
-        ) in s.gates.overrides:  # what HostManagedIMEX forced, said as controller and plugin say it
-            log.info(override)
+        # what HostManagedIMEX forced and what has no effect here, said as controller and plugin say it
+        for note in (*s.gates.overrides, *s.gates.ignored):
+            log.info(note)
         if not s.imexd_dir.is_dir():
             raise PermanentError(f"{s.imexd_dir} does not exist (is the daemon claim's CDI mount missing?)")
         journal = await Journal.open(s.events_path, s.node_name, s.pod_name, s.log_key_file)

@@ -130,8 +130,11 @@ class CliqueChannels:
         holder = self.holder_of(channel)
         if holder is not None and holder != uid:
             raise ValueError(f"clique {self.clique_id}: channel {channel} is held by {holder}")
+        current = self.held.get(uid)
+        # A number the domain held before here (replaced) may have reached a node: reused last.
+        released = (*self.released, current.channel) if current is not None else self.released
         held = {**self.held, uid: Holding(channel, namespace, name, True)}
-        return replace(self, held=held, released=tuple(c for c in self.released if c != channel))
+        return replace(self, held=held, released=tuple(c for c in released if c != channel))
 
     def adopt(
         self, uid: str, channel: int, namespace: str = "", name: str = ""

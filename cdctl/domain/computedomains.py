@@ -28,6 +28,7 @@ CHANNEL_DEVICE_CLASS = "compute-domain-default-channel.nvidia.com"
 DAEMON_DEVICE_CLASS = "compute-domain-daemon.nvidia.com"
 STATUS_READY = "Ready"
 STATUS_NOT_READY = "NotReady"
+CONDITION_READY = "Ready"
 NON_FABRIC_INDEX = -1
 
 
@@ -208,17 +209,64 @@ def global_status(nodes: Sequence[DaemonEntry], num_nodes: int) -> str:
     return STATUS_READY
 
 
-def desired_status(nodes: Sequence[DaemonEntry], num_nodes: int) -> dict[str, Any]:
-    """The full `status` object to write."""
-    return {"status": global_status(nodes, num_nodes), "nodes": [node.to_status_json() for node in nodes]}
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """What keeps a domain NotReady whatever its daemons say: the controller could not do what it meant (its
+    workload template's name is taken by another object, say). Shown as a `Ready=False` condition."""
+
+    reason: str
+    message: str
+    since: str  # lastTransitionTime (RFC 3339): when this reason began
+
+    def condition(self) -> dict[str, Any]:
+        return {
+            "type": CONDITION_READY,
+            "status": "False",
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": self.since,
+        }
+
+
+def blocked_since(current: Mapping[str, Any] | None, reason: str, now: str) -> str:
+    """The transition time to keep: the current Ready condition's, if it already says `reason`, else now."""
+    for condition in (current or {}).get("conditions") or []:
+        if condition.get("type") == CONDITION_READY and condition.get("reason") == reason:
+            return str(condition.get("lastTransitionTime") or now)
+    return now
+
+
+def desired_status(
+    nodes: Sequence[DaemonEntry], num_nodes: int, blocked: Blocked | None = None
+) -> dict[str, Any]:
+    """The full `status` object to write: NotReady with a `Ready=False` condition while `blocked`; no
+    conditions otherwise (the Go driver's status shape)."""
+    status: dict[str, Any] = {
+        "status": global_status(nodes, num_nodes) if blocked is None else STATUS_NOT_READY,
+        "nodes": [node.to_status_json() for node in nodes],
+    }
+    if blocked is not None:
+        status["conditions"] = [blocked.condition()]
+    return status
+
+
+def _conditions(status: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    return sorted(
+        (str(c.get("type")), str(c.get("status")), str(c.get("reason")), str(c.get("message")))
+        for c in status.get("conditions") or []
+    )
 
 
 def same_status(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
-    """Whether writing `desired` would change nothing (nodes compared as a map name -> entry)."""
+    """Whether writing `desired` would change nothing (nodes compared as a map name -> entry, conditions
+    without their transition time)."""
     current = current or {}
-    for key in ("status", "channels", "reason", "message"):  # the last three: `channel` isolation only
-        if current.get(key) != desired.get(key):
-            return False
+    if current.get("status") != desired.get("status"):
+        return False
+    if _conditions(current) != _conditions(desired):
+        return False
+    if current.get("channels") != desired.get("channels"):  # `channel` isolation only
+        return False
 
     def by_name(nodes: Any) -> dict[str, DaemonEntry]:
         return {str(n.get("name")): DaemonEntry.from_status_json(n) for n in nodes or []}

@@ -96,9 +96,7 @@ class StoreError(PermanentError):
 
 
 class StoreLocked(RetriableError):
-    """Another process holds the write lock of the event log."""
-
-    exit_code = 3
+    """Another process holds a lock on the event log: try again (exit 75, as every retriable error)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, delay=1.0)

@@ -15,7 +15,8 @@ Every emitted observation carries (uid, resourceVersion); an event whose resourc
 already emitted is dropped here, so consumers see no duplicates, and the event log deduplicates again on the
 same key. An optional `transform` (as client-go's SetTransform) is applied to every object before it is kept
 and emitted, so that what a consumer never reads (managedFields, a pod's containers) is not held in memory.
-Used by the controller (cdctl.controller.manager) and any other component that follows objects.
+Used by the controller (cdctl.controller.manager) and any other component that follows objects. Each watch
+event received is a log line at verbosity 4 (cdctl.api.verbosity).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 import structlog
 
+from cdctl.api.verbosity import V_WATCH, enabled
 from cdctl.k8s.errors import GoneError, KubeApiError
 from cdctl.k8s.resources import ResourceType
 from cdctl.k8s.rest import JsonObject, KubeApi
@@ -201,6 +203,8 @@ class Informer:
                 except StopAsyncIteration:
                     return
                 kind, obj = str(event.get("type", "")), event.get("object") or {}
+                if enabled(V_WATCH):
+                    self._log_event(kind, obj)
                 if kind == "ERROR":
                     code = int(obj.get("code", 0) or 0)
                     if code == 410:
@@ -212,6 +216,13 @@ class Informer:
                     continue
                 observation = self._apply(kind, obj)
                 yield observation if observation is not None else rv
+
+    def _log_event(self, kind: str, obj: JsonObject) -> None:
+        meta = obj.get("metadata") or {}
+        log.info(
+            "watch event", type=kind, resource=self.resource.plural, namespace=meta.get("namespace"),
+            name=meta.get("name"), resource_version=meta.get("resourceVersion"), v=V_WATCH,
+        )  # fmt: skip
 
     def _apply(self, kind: str, obj: JsonObject) -> Observation | None:
         meta = obj.get("metadata", {})

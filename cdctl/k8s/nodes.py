@@ -1,4 +1,4 @@
-"""Node access for the kubelet plugin: its UID, the ComputeDomain label, and Kubernetes Events on the Node.
+"""Node access for the kubelet plugin: its UID, the ComputeDomain label and the GPU clique label.
 
 Called by the plugin's cluster adapter (cdctl.k8s.plugincluster) and start-up. The label is decided on the
 plugin's watched copy of the Node when it has one (no request when the label is already right) and written
@@ -9,15 +9,12 @@ the Node and decides again (the Go driver GETs and Updates every time).
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 
-from cdctl.api.refs import COMPUTE_DOMAIN_LABEL
+from cdctl.api.refs import COMPUTE_DOMAIN_LABEL, GPU_CLIQUE_LABEL
 from cdctl.domain.errors import RetriableError
 from cdctl.k8s.errors import ConflictError
-from cdctl.k8s.resources import EVENTS, NODES
+from cdctl.k8s.resources import NODES
 from cdctl.k8s.rest import JsonObject, KubeApi
-
-EVENT_NAMESPACE = "default"
 
 
 class LabelConflict(RetriableError):
@@ -94,23 +91,16 @@ async def remove_domain_label(
     return await _write_label(api, node, known, lambda obj: _remove_patch(obj, domain_uid))
 
 
-async def record_node_event(
-    api: KubeApi, *, node: str, node_uid: str, reason: str, message: str, warning: bool, component: str
-) -> JsonObject:
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    body: JsonObject = {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{node}.", "namespace": EVENT_NAMESPACE},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid},
-        "reason": reason,
-        "message": message[:1024],
-        "type": "Warning" if warning else "Normal",
-        "source": {"component": component, "host": node},
-        "reportingComponent": component,
-        "reportingInstance": node,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
-    return await api.create(EVENTS.collection_path(EVENT_NAMESPACE), body)
+async def set_gpu_clique_label(api: KubeApi, node: str, clique_id: str) -> JsonObject | None:
+    """Make the node's nvidia.com/gpu.clique label say `clique_id` (removed when "": no clique), decided on a
+    fresh read and written with its resourceVersion (a concurrent change answers 409, a retriable error).
+    Returns the node as last read or written."""
+
+    def decide(obj: JsonObject) -> JsonObject | None:
+        meta = obj.get("metadata") or {}
+        if (meta.get("labels") or {}).get(GPU_CLIQUE_LABEL) == (clique_id or None):
+            return None
+        labels = {GPU_CLIQUE_LABEL: clique_id or None}
+        return {"metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": labels}}
+
+    return await _write_label(api, node, None, decide)

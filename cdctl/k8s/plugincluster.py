@@ -46,6 +46,7 @@ from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.k8s import nodes
 from cdctl.k8s.errors import KubeApiError, NotFoundError
 from cdctl.k8s.informer import Change, Informer, Observation, is_stale
+from cdctl.k8s.kube_events import EventRecorder
 from cdctl.k8s.resources import (
     COMPUTE_DOMAIN_CLIQUES,
     COMPUTE_DOMAINS,
@@ -123,6 +124,7 @@ class KubeClusterPort:
         self.use_cliques = use_cliques
         self.watch_claims = watch_claims
         self.component = component
+        self._node_events: EventRecorder | None = None
         self._domains: dict[str, DomainInfo] = {}
         self._domain_objs: dict[str, JsonObject] = {}  # watched ComputeDomains by UID (for status.nodes)
         self._relist_lock = asyncio.Lock()
@@ -417,13 +419,11 @@ class KubeClusterPort:
         await self.until(self._daemon_ready_watched)
 
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
-        try:
-            await nodes.record_node_event(
-                self.api, node=node, node_uid=self.node_uid, reason=reason, message=message, warning=warning,
-                component=self.component,
-            )  # fmt: skip
-        except KubeApiError as exc:
-            log.warning("could not record a Node event", reason=reason, error=str(exc))
+        """An Event on the Node (namespace default); repeats aggregate into one (cdctl.k8s.kube_events)."""
+        if self._node_events is None:
+            self._node_events = EventRecorder(self.api, self.component, node, host=node)
+        obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": self.node_uid}}
+        await self._node_events.post(obj, "Warning" if warning else "Normal", reason, message)
 
 
 async def connect(kubeconfig: str | None, qps: float, burst: int) -> KubeApi:

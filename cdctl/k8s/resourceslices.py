@@ -137,8 +137,10 @@ class SlicePublisher:
             await self._delete(obj)
         return len(existing)
 
-    async def sync(self, devices: list[PublishedDevice]) -> str:
-        """Make the cluster match; returns "created", "updated" or "unchanged". API errors propagate."""
+    async def sync(self, devices: list[PublishedDevice], *, bump: bool = False) -> str:
+        """Make the cluster match; returns "created", "updated" or "unchanged". `bump` republishes the pool
+        with its generation one higher even when the devices are the same (the node's clique changed, so what
+        a scheduler knows of the old pool is stale). API errors propagate."""
         existing = await self.list_own()
         keep = next(
             (s for s in existing if ((s.get("spec") or {}).get("pool") or {}).get("name") == self.node), None
@@ -156,7 +158,8 @@ class SlicePublisher:
                 "published ResourceSlice", name=created.get("metadata", {}).get("name"), devices=len(devices)
             )
             return "created"
-        want = desired_slice(self.node, self.node_uid, self.driver, devices, self.version, _generation(keep))
+        generation = _generation(keep) + (1 if bump else 0)
+        want = desired_slice(self.node, self.node_uid, self.driver, devices, self.version, generation)
         spec = keep.get("spec") or {}
         if (
             spec.get("devices") == want["spec"]["devices"]

@@ -6,7 +6,8 @@ type explicitly (the library would otherwise send a dict to a custom resource as
 client-side QPS/burst limit, and maps failures to cdctl.k8s.errors. Bodies are encoded and answers decoded
 with orjson, and the session is called directly: the library's generic path (walking every body to
 sanitize it, stdlib json) cost more CPU than the request. `stream()` opens a watch and yields its decoded
-lines. Called by every cdctl.k8s module.
+lines. Called by every cdctl.k8s module. Each request is a log line at verbosity 6 (method, path, status,
+duration) and its bodies at 7, the bodies of Secrets and TokenReviews (keys, tokens) redacted.
 """
 
 from __future__ import annotations
@@ -20,13 +21,22 @@ from urllib.parse import urlencode
 
 import aiohttp
 import orjson
+import structlog
 from kubernetes_asyncio.client import ApiClient
 
+from cdctl.api.verbosity import V_BODY, V_REQUEST, enabled, install_default_filter
 from cdctl.k8s.errors import KubeApiError, NotFoundError, TransportError, error_for
+
+install_default_filter()
+log = structlog.get_logger("cdctl.k8s.rest")
 
 JsonObject = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+# Requests whose bodies may hold credentials: logged at verbosity 7 without them.
+SECRET_PATH_PARTS = ("/secrets", "/tokenreviews", "/serviceaccounts/")
+REDACTED = "<redacted>"
+MAX_LOGGED_BODY = 4096
 
 
 class TokenBucket:
@@ -75,6 +85,7 @@ class KubeApi:
     ) -> JsonObject:
         """Send one request; the decoded JSON answer on 2xx, else the typed error."""
         await self._bucket.acquire()
+        started = time.monotonic()
         try:
             response = await self._send(
                 method, path, query, body, {"Content-Type": content_type, "Accept": "application/json"},
@@ -87,6 +98,8 @@ class KubeApi:
                 raw = await response.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise TransportError(f"{method} {path}: {exc!r}") from exc
+            if enabled(V_REQUEST):
+                log_exchange(method, path, response.status, time.monotonic() - started, body, raw)
             if 200 <= response.status < 300:
                 return _decode(raw)
             raise _status_error(response.status, raw)
@@ -172,6 +185,8 @@ class KubeApi:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise TransportError(f"WATCH {path}: {exc!r}") from exc
         async with response:
+            if enabled(V_REQUEST):
+                log.info("api watch", path=path, status=response.status, v=V_REQUEST)
             if response.status != 200:
                 raise _status_error(response.status, await response.read())
             yield _lines(response)
@@ -184,6 +199,25 @@ async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[JsonObject]:
                 yield _decode(line)
     except (aiohttp.ClientError, asyncio.IncompleteReadError) as exc:
         raise TransportError(f"watch stream dropped: {exc!r}") from exc
+
+
+def _shown_body(path: str, body: Any) -> str:
+    if body is None or body == b"":
+        return ""
+    if any(part in path for part in SECRET_PATH_PARTS):
+        return REDACTED
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else orjson.dumps(body).decode()
+    return text if len(text) <= MAX_LOGGED_BODY else text[:MAX_LOGGED_BODY] + "...(truncated)"
+
+
+def log_exchange(method: str, path: str, status: int, seconds: float, body: Any, raw: bytes) -> None:
+    """Verbosity 6: the request line; 7: with its bodies (credential-bearing ones redacted)."""
+    log.info("api request", method=method, path=path, status=status, ms=round(seconds * 1000, 1), v=V_REQUEST)
+    if enabled(V_BODY):
+        log.info(
+            "api request bodies", method=method, path=path,
+            request=_shown_body(path, body), response=_shown_body(path, raw), v=V_BODY,
+        )  # fmt: skip
 
 
 def _query_pairs(query: Mapping[str, str | int | bool] | None) -> list[tuple[str, str]]:

@@ -2,22 +2,24 @@
 
 Called by `cdctl kubelet-plugin` (cdctl.cli.plugin) with a `PluginConfig`. Start-up: directories, clique
 discovery (a fabric that is not COMPLETED under CrashOnNVLinkFabricErrors does not stop the plugin: it serves
-without `channel-0`, says why in the log and in an Event on the Node, and re-probes), the driver-version
-rule of IMEXDaemonsWithDNSNames, the event log (rebuild, boot id), the base CDI spec, the cluster adapter,
-the gRPC servers (DRA first, then registration, then health), then the loops: ResourceSlice publishing
-(after each registration, when the slice changes or vanishes, and periodically), the fabric loop (an NVML
-probe every `fabric_reprobe_s` and whenever `recheck` is set: it waits for a fabric that is not COMPLETED yet
-and publishes device health, cdctl.plugin.nodecheck), the stale-claim and domain-directory sweeps, and the
+without `channel-0`, says why in the log and in an Event on the Node, and re-probes), the driver-version rule
+of IMEXDaemonsWithDNSNames, the event log (rebuild, boot id), the base CDI spec, the cluster adapter, the gRPC
+servers (DRA first, then registration, then health), then the loops: ResourceSlice publishing (after each
+registration, when the slice changes or vanishes, and periodically), the fabric loop (an NVML probe every
+`fabric_reprobe_s` and whenever `recheck` is set: it waits for a fabric that is not COMPLETED yet and
+publishes device health, cdctl.plugin.nodecheck), the stale-claim and domain-directory sweeps, and the
 projection runner that keeps this log's read models (claim_lifecycle, channel_allocations,
-checkpoint_transitions) current, and the retention loop (cdctl.projections.retention: it compacts the log
-under `cfg.retention`, keeping the lifecycle views and the claim book at the horizon, and prunes
-`imex-history/` by the same policy, cdctl.plugin.imexhistory). Stops cleanly when `stop` is set.
+checkpoint_transitions) current, the clique refresh (cdctl.plugin.cliquerefresh: every `clique_refresh_s`, and
+the `nvidia.com/gpu.clique` label with `gpu_clique_label`), and the retention loop
+(cdctl.projections.retention: it compacts the log under `cfg.retention`, keeping the lifecycle views and the
+claim book at the horizon, and prunes `imex-history/` by the same policy, cdctl.plugin.imexhistory). Stops
+cleanly when `stop` is set.
 
 A node without a usable GPU driver (NVML cannot be loaded) does not crash-loop: the plugin says why once (a
 log line and a Node Event), publishes no ResourceSlice (it deletes any of this driver's slices on the node),
 and keeps serving registration and an empty device-health list. The fabric loop keeps probing; once NVML
-loads, the plugin records that and returns from `run` (`restart_requested`) so that its container restarts
-and starts up with the driver, instead of re-doing start-up steps in place.
+loads, the plugin records that and returns from `run` (`restart_requested`) so that its container restarts and
+starts up with the driver, instead of re-doing start-up steps in place.
 
 Under channel isolation (`cfg.isolation`) the slice carries the node's shared channel capacity instead of
 `channel-0` and `daemon-0` (cdctl.plugin.channels): with `channel_capacity` auto, the multi-allocatable
@@ -59,6 +61,7 @@ from cdctl.k8s.tokens import TokenReviewer
 from cdctl.plugin import cdi, imexhistory, nvml
 from cdctl.plugin import channels as ch
 from cdctl.plugin.checkpoint import BOOT_ID_PATH, ClaimBook, ClaimBookProjection, read_boot_id
+from cdctl.plugin.cliquerefresh import DEFAULT_REFRESH_S, CliqueRefresher
 from cdctl.plugin.devices import DRIVER_NAME
 from cdctl.plugin.driver import Driver
 from cdctl.plugin.edits import write_shared_dir
@@ -75,7 +78,7 @@ from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore
 from cdctl.store.integrity import read_key_file
 from cdctl.store.logserver import LogServer
-from cdctl.store.metrics import EventLogHeadCollector
+from cdctl.store.metrics import EventLogCollector, ProjectionLagCollector
 
 log = structlog.get_logger("cdctl.plugin.app")
 
@@ -115,6 +118,9 @@ class PluginConfig:
     # the claim as the Go plugin does. See cdctl.k8s.plugincluster and cdctl.plugin.driver.
     watch_claims: bool = False
     fabric_reprobe_s: float = 15.0  # NVML probe period: device health, and waiting for the fabric
+    gpu_clique_label: bool = False  # set nvidia.com/gpu.clique on this node (upstream PR 1247)
+    clique_refresh_s: float = DEFAULT_REFRESH_S  # how often the clique is re-read
+    host_root: Path = Path("/")  # where /proc and /sys of the host are read (single-node NVLink detection)
     resync_s: float = 60.0
     sweep_s: float = 600.0
     projection_batch_s: float = 0.2
@@ -160,7 +166,7 @@ def device_lib(cfg: PluginConfig) -> nvml.DeviceLib:
         if cfg.fake_nvml.startswith("@"):
             return nvml.FileDeviceLib(cfg.fake_nvml[1:])
         return nvml.fake_from_spec(cfg.fake_nvml)
-    return nvml.PynvmlDeviceLib(str(cfg.container_driver_root))
+    return nvml.PynvmlDeviceLib(str(cfg.container_driver_root), str(cfg.host_root))
 
 
 def published_devices(
@@ -206,8 +212,8 @@ async def with_retries(what: str, call: Callable[[], Awaitable[T]], budget_s: fl
             delay = min(delay * 2, 5.0)
 
 
-def probe_fabric(lib: nvml.DeviceLib, strict: bool) -> nvml.CliqueDiscovery:
-    found = nvml.discover_clique(lib.probe(), strict=strict)
+def probe_fabric(lib: nvml.DeviceLib, strict: bool, single_node: bool = False) -> nvml.CliqueDiscovery:
+    found = nvml.discover_clique(lib.probe(), strict=strict, single_node=single_node)
     for note in found.notes:
         log.info(note)
     return found
@@ -222,6 +228,8 @@ class PluginProcess:
         self._device_lib = device_lib
         self.fabric = FabricStatus()
         self.republish = asyncio.Event()
+        self.bump_generation = False  # the next publish raises the pool generation (the clique changed)
+        self.cliques: CliqueRefresher | None = None
         self.recheck = asyncio.Event()  # set: probe NVML and re-check device health now
         self.board = HealthBoard(resend_s=cfg.fabric_reprobe_s, timeout_s=int(4 * cfg.fabric_reprobe_s) + 1)
         self.check: NodeCheck | None = None
@@ -255,8 +263,8 @@ class PluginProcess:
 
     async def _start(self) -> None:
         cfg = self.cfg
-        for override in cfg.gates.overrides:
-            log.info(override)
+        for note in (*cfg.gates.overrides, *cfg.gates.ignored):
+            log.info(note)
         log.info(
             "starting kubelet plugin", node=cfg.node_name, gates=cfg.gates.explicit(), db=str(cfg.db_path)
         )
@@ -265,7 +273,8 @@ class PluginProcess:
         lib = self._device_lib or device_lib(cfg)
         strict = cfg.gates.enabled(fg.CRASH_ON_NVLINK_FABRIC_ERRORS)
         try:
-            found = await asyncio.to_thread(probe_fabric, lib, strict)
+            self.fabric.single_node = await asyncio.to_thread(lib.single_node_fabric)
+            found = await asyncio.to_thread(probe_fabric, lib, strict, self.fabric.single_node)
         except nvml.NvmlUnavailable as exc:
             self.driver_missing = str(exc)
             found = nvml.CliqueDiscovery("")
@@ -301,8 +310,10 @@ class PluginProcess:
         )
         log.info("event log opened", path=str(cfg.db_path), chain=self.store.scheme.name,
                  head=self.store.chain_head()[0], checked=self.store.checked_at_open)  # fmt: skip
-        self.metrics.registry.register(EventLogHeadCollector(self.store))
         self.runner = ProjectionRunner(self.store, lifecycle_projections())
+        runner = self.runner
+        self.metrics.registry.register(EventLogCollector(self.store))
+        self.metrics.registry.register(ProjectionLagCollector(self.store, lambda: runner.positions))
         await self.runner.start()
         book = await ClaimBook.load(self.store, cfg.node_name, Actor("kubelet-plugin", node=cfg.node_name))
         invalidated = await book.observe_boot(read_boot_id(cfg.boot_id_path), self.fabric.clique_id)
@@ -378,6 +389,14 @@ class PluginProcess:
             Driver(self.state, self.cluster, metrics=self.metrics),
             self.republish.set, cfg.healthcheck_port, self.board,
         )  # fmt: skip
+        self.cliques = CliqueRefresher(
+            lib=lib, strict=strict, fabric=self.fabric, republish=self._republish_new_pool,
+            node_event=lambda reason, message, warning: self._node_event(reason, message, warning),
+            set_label=self._set_clique_label if cfg.gpu_clique_label else None,
+            on_change=self._clique_changed, interval_s=cfg.clique_refresh_s,
+        )  # fmt: skip
+        if not self.driver_missing:
+            await with_retries("setting the node's clique label", self.cliques.apply_label)
         await self.servers.start()
         self.republish.set()
         self._tasks = [
@@ -394,6 +413,28 @@ class PluginProcess:
         )  # fmt: skip
         self._tasks.append(asyncio.create_task(self.retention.run(), name="retention"))
         self._tasks.append(asyncio.create_task(self._fabric_loop(lib, strict), name="fabric-loop"))
+        if not self.driver_missing:
+            self._tasks.append(asyncio.create_task(self.cliques.run(), name="clique-refresh"))
+
+    def _republish_new_pool(self) -> None:
+        self.bump_generation = True
+        self.republish.set()
+
+    async def _node_event(self, reason: str, message: str, warning: bool) -> None:
+        assert self.cluster is not None
+        await self.cluster.node_event(self.cfg.node_name, reason, message, warning=warning)
+
+    async def _set_clique_label(self, clique_id: str) -> None:
+        assert self.api is not None
+        await nodes.set_gpu_clique_label(self.api, self.cfg.node_name, clique_id)
+
+    def _clique_changed(self) -> None:
+        """The clique watch of driver-managed mode is keyed by the old clique: restart to follow the new one
+        (after the slice is republished, which the restart repeats anyway)."""
+        assert self.cluster is not None
+        if self.cluster.use_cliques:
+            log.warning("restarting to follow the new clique's ComputeDomainCliques")
+            self.restart_requested.set()
 
     async def _write_shared_dir(self) -> None:
         """Channel isolation, driver-managed: the shared IMEX daemon's directory, once the fabric has a
@@ -421,13 +462,17 @@ class PluginProcess:
                 async with asyncio.timeout(self.cfg.resync_s):
                     await self.republish.wait()
             self.republish.clear()
+            bump, self.bump_generation = self.bump_generation, False
             try:
                 if self.driver_missing:
                     await publisher.withdraw()
                 else:
-                    await publisher.sync(published_devices(self.fabric, self.host_managed, self.shared))
+                    await publisher.sync(
+                        published_devices(self.fabric, self.host_managed, self.shared), bump=bump
+                    )
                     await self._check_consumable(publisher)
             except KubeApiError as exc:
+                self.bump_generation = self.bump_generation or bump
                 log.warning("publishing the ResourceSlice failed; retrying", error=str(exc))
                 await asyncio.sleep(1.0)
                 self.republish.set()
@@ -486,12 +531,14 @@ class PluginProcess:
         """A fabric that was not COMPLETED at start-up: publish channel-0 once it is."""
         assert self.cluster is not None
         try:
-            found = nvml.discover_clique(gpus, strict=strict)
+            found = nvml.discover_clique(gpus, strict=strict, single_node=self.fabric.single_node)
         except CdctlError as exc:
             log.error("fabric re-probe failed", error=str(exc))
             return
         if found.pending is None:
             self.fabric.clique_id, self.fabric.pending = found.clique_id, None
+            if self.cliques is not None:
+                await self.cliques.label_or_retry()
             message = f"NVLink fabric completed; clique {found.clique_id or '(none)'}; publishing channel-0"
             log.info(message)
             await self.cluster.node_event(self.cfg.node_name, "NVLinkFabricReady", message, warning=False)

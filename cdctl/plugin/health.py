@@ -73,6 +73,7 @@ class HealthInputs:
     pool: str  # the node name: the plugin publishes one pool named after its node
     clique_id: str  # the clique the plugin serves ("" for none)
     host_managed: bool
+    single_node: bool = False  # a single-node NVLink system: incomplete registrations mean no clique
     fabric: FabricReading | None = None  # None: not probed yet
     driver_missing: str | None = None  # why there is no GPU driver on this node; then no device is served
     channel_major_problem: str | None = None  # HostManagedIMEX: why the channel major is not usable
@@ -83,7 +84,7 @@ def truncate(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
 
 
-def fabric_problem(gpus: Sequence[GpuFabric], clique_id: str) -> str | None:
+def fabric_problem(gpus: Sequence[GpuFabric], clique_id: str, single_node: bool = False) -> str | None:
     """Why the fabric no longer serves `clique_id`, or None while it does.
 
     A GPU whose fabric is not supported is skipped (a node without NVLink fabric serves the empty clique);
@@ -94,6 +95,8 @@ def fabric_problem(gpus: Sequence[GpuFabric], clique_id: str) -> str | None:
         if info is None or info.state == STATE_NOT_SUPPORTED:
             continue
         tag = f"GPU {gpu.index} ({gpu.uuid})"
+        if info.state != STATE_COMPLETED and single_node and not clique_id:
+            continue  # served as "no clique" (upstream PR 1289): local IMEX needs no fabric
         if info.state != STATE_COMPLETED:
             name = STATE_NAMES.get(info.state, str(info.state))
             return f"NVLink fabric degraded: {tag} fabric state is {name}"
@@ -106,7 +109,7 @@ def fabric_problem(gpus: Sequence[GpuFabric], clique_id: str) -> str | None:
     if found != clique_id:
         return (
             f"NVLink clique changed from {clique_id or '(none)'} to {found or '(none)'}; "
-            "the plugin serves the clique it found at start-up until it restarts"
+            "the plugin serves the new clique from its next clique refresh"
         )
     return None
 
@@ -117,7 +120,7 @@ def _channel(inputs: HealthInputs) -> tuple[Health, str]:
         return Health.UNKNOWN, "NVLink fabric not probed yet"
     if fabric.error is not None:
         return Health.UNKNOWN, f"NVML could not be read: {fabric.error}"
-    problem = fabric_problem(fabric.gpus, inputs.clique_id)
+    problem = fabric_problem(fabric.gpus, inputs.clique_id, inputs.single_node)
     if problem is not None:
         return Health.UNHEALTHY, problem
     if inputs.host_managed and inputs.channel_major_problem is not None:

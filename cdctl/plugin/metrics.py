@@ -1,5 +1,8 @@
 """The kubelet plugin's Prometheus metrics (the Go plugin's names) and its HTTP endpoint.
 
+The registry is the plugin's component registry (cdctl.metrics: process, build info); cdctl.plugin.app adds
+the event log's metrics (cdctl.store.metrics). Every metric is listed in docs/metrics.md.
+
 Counted by cdctl.plugin.driver per claim and by the checkpoint after each change; served by the plugin
 process on `--http-endpoint` at `--metrics-path` (plus `/healthz`, and with a log server the read-only event
 log routes of cdctl.store.logserver). Every labelled series exists from the
@@ -22,6 +25,7 @@ from prometheus_client import (
 )
 
 from cdctl.domain.claims import ClaimRecord
+from cdctl.metrics import component_registry
 from cdctl.store.logserver import LogServer
 
 DRIVER = "compute-domain.nvidia.com"
@@ -33,7 +37,7 @@ DEVICE_TYPES = ("channel", "daemon", "unknown")
 class PluginMetrics:
     def __init__(self, node: str, registry: CollectorRegistry | None = None) -> None:
         self.node = node
-        self.registry = registry or CollectorRegistry()
+        self.registry = registry or component_registry("kubelet-plugin")
         r = self.registry
         self.requests = Counter(
             "nvidia_dra_requests", "DRA requests per operation.", ["driver", "operation"], registry=r

@@ -115,6 +115,7 @@ class NodeCheck:
             pool=self.node,
             clique_id=self.fabric.clique_id,
             host_managed=self.host_managed,
+            single_node=self.fabric.single_node,
             fabric=reading,
             driver_missing=self.driver_missing,
             channel_major_problem=await asyncio.to_thread(self._major_problem),

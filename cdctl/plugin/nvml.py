@@ -4,11 +4,17 @@ Called by the kubelet plugin at start-up and by its fabric re-probe loop. `Devic
 fabric info of every GPU; `discover_clique()` applies NVIDIA's rules to it and returns the node's clique ID
 (`"<clusterUUID>.<cliqueId>"`, or "" for no clique) or, in strict mode (`CrashOnNVLinkFabricErrors`), says
 that the fabric is not COMPLETED yet. Where the Go driver exits and crash-loops in that case, the caller keeps
-serving without `channel-0` and probes again. `NvmlUnavailable` says the node has no usable GPU driver (the
+serving without `channel-0` and probes again (a transitional state is not an error, upstream issue 1264);
+a fabric that COMPLETED with an error status, or GPUs in different cliques, raise `NvmlError` and the plugin
+fails fast, as the Go driver does. A single-node NVLink system (the node's own NVSwitches, managed by a local
+Fabric Manager: `single_node_fabric()`) whose GPUs stay IN_PROGRESS (Fabric Manager's shared mode keeps GPUs
+outside an activated partition unregistered) has no clique, as upstream PR 1289 decides: channel-0 is
+published for local IMEX instead of never. `NvmlUnavailable` says the node has no usable GPU driver (the
 library is missing or the kernel driver is not loaded): the plugin then serves no device. `FakeDeviceLib`
 stands in for tests and the simulator (`--fake-nvml CLIQUE_ID[:STATE]`, `none` for no fabric, `no-driver`
-for no GPU driver); `--fake-nvml @FILE` (`FileDeviceLib`) reads such a spec from FILE on every probe, so the
-simulator changes a node's fabric at run time by rewriting the file.
+for no GPU driver, a `:single-node` suffix for a single-node NVLink system); `--fake-nvml @FILE`
+(`FileDeviceLib`) reads such a spec from FILE on every probe, so the simulator changes a node's fabric (its
+state, or its clique) at run time by rewriting the file.
 """
 
 from __future__ import annotations
@@ -71,6 +77,30 @@ class DeviceLib(Protocol):
 
     def driver_version(self) -> str: ...
 
+    def single_node_fabric(self) -> bool: ...
+
+
+NVLINK5_SWITCH_MANAGED = b"SW_MNG"
+
+
+def has_local_fabric_manager(host_root: str | Path = "/") -> bool:
+    """Whether the node has its own Fabric-Manager-managed NVLink fabric (a single-node NVLink system):
+    NVSwitch devices in /proc/driver/nvidia-nvswitch/devices, or an NVLink5 switch tray (an InfiniBand device
+    whose VPD says SW_MNG); the Go driver's checks. Unreadable paths count as no."""
+    root = Path(host_root)
+    try:
+        if any((root / "proc/driver/nvidia-nvswitch/devices").iterdir()):
+            return True
+    except OSError:
+        pass
+    for vpd in root.glob("sys/class/infiniband/*/device/vpd"):
+        try:
+            if NVLINK5_SWITCH_MANAGED in vpd.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
 
 @dataclass(frozen=True, slots=True)
 class CliqueDiscovery:
@@ -94,8 +124,10 @@ def _attached_legacy(info: FabricInfo | None) -> bool:
     )
 
 
-def discover_clique(gpus: Sequence[GpuFabric], *, strict: bool) -> CliqueDiscovery:
-    """NVIDIA's clique rules; several distinct cluster UUIDs or clique IDs raise a permanent error."""
+def discover_clique(gpus: Sequence[GpuFabric], *, strict: bool, single_node: bool = False) -> CliqueDiscovery:
+    """NVIDIA's clique rules; several distinct cluster UUIDs or clique IDs, or (strict) a fabric that
+    completed with an error status, raise a permanent error. On a single-node NVLink system an incomplete
+    registration is "no clique" (upstream PR 1289)."""
     notes: list[str] = []
     found: list[tuple[str, int]] = []
     for gpu in gpus:
@@ -107,12 +139,18 @@ def discover_clique(gpus: Sequence[GpuFabric], *, strict: bool) -> CliqueDiscove
                 continue
             if info.state != STATE_COMPLETED:
                 state = STATE_NAMES.get(info.state, str(info.state))
+                if single_node:
+                    notes.append(
+                        f"no-clique fallback: ignoring incomplete NVLink registration ({tag}, state={state}) "
+                        "on a single-node NVLink system"
+                    )
+                    continue
                 return CliqueDiscovery(
                     "", f"NVLink fabric not attached ({tag}): state={info.state} ({state})", tuple(notes)
                 )
             if info.status != NVML_SUCCESS:
-                return CliqueDiscovery(
-                    "", f"NVLink fabric registration error ({tag}): status={info.status}", tuple(notes)
+                raise NvmlError(
+                    f"NVLink fabric registration error ({tag}): status={info.status}, refusing to start"
                 )
             if info.cluster_uuid == ZERO_UUID:
                 notes.append(f"no-clique fallback: cluster UUID is zero ({tag})")
@@ -145,9 +183,13 @@ def driver_version_at_least(version: str, minimum: tuple[int, ...] = MIN_DRIVER_
 class PynvmlDeviceLib:
     """The real NVML through nvidia-ml-py; initialises and shuts NVML down around each probe."""
 
-    def __init__(self, driver_root: str = "/") -> None:
+    def __init__(self, driver_root: str = "/", host_root: str = "/") -> None:
         self._driver_root = driver_root
+        self._host_root = host_root
         self._lock = threading.Lock()
+
+    def single_node_fabric(self) -> bool:
+        return has_local_fabric_manager(self._host_root)
 
     def _preload(self) -> None:
         # pynvml loads libnvidia-ml.so.1 by soname; preloading it from the driver root makes that resolve.
@@ -231,7 +273,11 @@ class FakeDeviceLib:
     gpus: int = 4
     version: str = "580.65.06"
     driver_missing: bool = False
+    single_node: bool = False  # a single-node NVLink system (its own NVSwitches)
     probes: int = field(default=0, init=False)
+
+    def single_node_fabric(self) -> bool:
+        return self.single_node
 
     def _init(self) -> None:
         if self.driver_missing:
@@ -271,10 +317,23 @@ class FileDeviceLib:
     def driver_version(self) -> str:
         return self._current().driver_version()
 
+    def single_node_fabric(self) -> bool:
+        return self._current().single_node_fabric()
+
+
+SINGLE_NODE_SUFFIX = ":single-node"
+
 
 def fake_from_spec(spec: str) -> FakeDeviceLib:
-    """`none`, `no-driver`, `CLIQUE_ID` or `CLIQUE_ID:STATE` (STATE a name such as IN_PROGRESS, or 0..3)."""
+    """`none`, `no-driver`, `CLIQUE_ID` or `CLIQUE_ID:STATE` (STATE a name such as IN_PROGRESS, or 0..3),
+    each optionally followed by `:single-node` (a single-node NVLink system)."""
     text = spec.strip()
+    single_node = text.lower().endswith(SINGLE_NODE_SUFFIX)
+    if single_node:
+        text = text[: -len(SINGLE_NODE_SUFFIX)]
+        lib = fake_from_spec(text)
+        lib.single_node = True
+        return lib
     if text.lower() == "none":
         return FakeDeviceLib(cluster_uuid=None)
     if text.lower() == NO_DRIVER_SPEC:

@@ -39,6 +39,7 @@ import structlog
 from cdctl.api.configs import ALLOCATION_MODE_SINGLE, ChannelConfig, DaemonConfig, DeviceConfig
 from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, ImexIsolation
 from cdctl.api.refs import DomainInfo
+from cdctl.api.verbosity import V_DECISION
 from cdctl.domain import claims as c
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import DomainEvent
@@ -120,10 +121,12 @@ class PrepareFenced(PermanentError):
 
 @dataclass
 class FabricStatus:
-    """The node's clique ID and, while the fabric is not COMPLETED (strict mode), why."""
+    """The node's clique ID and, while the fabric is not COMPLETED (strict mode), why; `single_node` on a
+    single-node NVLink system, where an incomplete registration means no clique (cdctl.plugin.nvml)."""
 
     clique_id: str = ""
     pending: str | None = None
+    single_node: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,15 +237,22 @@ class DeviceState:
                 f"superseded here by {rec.allocation}; refusing a stale prepare"
             )
         if reason:
+            log.info("prepare decision: fenced", claim=str(claim.ref), reason=reason, v=V_DECISION)
             await self.book.append(uid, [c.ClaimPrepareFenced(uid, claim.allocation_id, reason)])
             raise PrepareFenced(reason)
         if rec is not None and rec.completed:
             if rec.allocation == claim.allocation_id:
+                log.info("prepare decision: already prepared, answering from the event log",
+                         claim=str(claim.ref), v=V_DECISION)  # fmt: skip
                 await self._repair(claim, rec)
                 return [dict(d) for d in rec.devices]
+            log.info("prepare decision: wait, prepared for another allocation", claim=str(claim.ref),
+                     v=V_DECISION)  # fmt: skip
             raise RetriableError(
                 f"claim {claim.ref} is prepared for another allocation; waiting for its unprepare"
             )
+        log.info("prepare decision: prepare", claim=str(claim.ref), allocation=claim.allocation_id,
+                 resumed=rec is not None, v=V_DECISION)  # fmt: skip
         await self._start(claim, rec)
         s = self.settings
         validate_no_overlapping_prepared_devices(claim, self.book.records(), shared=s.shared_devices)
@@ -495,11 +505,12 @@ class DeviceState:
                 # Nothing recorded yet, but a Prepare of the claim may be in flight (reading the claim): a
                 # tombstone fences it, as an Unprepare after its start does (Go issue 1162 by another road).
                 await self.book.append(ref.uid, [c.ClaimUnprepared(ref.uid, f"{reason}: before any prepare")])
-                log.debug("Unprepare of a claim never prepared here: recorded, to fence a prepare in flight",
-                          claim=str(ref))  # fmt: skip
+                log.info("unprepare decision: never prepared here; recorded, to fence a prepare in flight",
+                         claim=str(ref), v=V_DECISION)  # fmt: skip
                 return False
             if rec.state in (None, c.ClaimState.UNPREPARED):
-                log.debug("Unprepare noop: claim not found in checkpoint data", claim=str(ref))
+                log.info("unprepare decision: noop, claim not found in checkpoint data", claim=str(ref),
+                         v=V_DECISION)  # fmt: skip
                 return False
             if expected_version and rec.version != expected_version:
                 log.info("claim changed since the sweep looked; left alone", claim=str(ref))

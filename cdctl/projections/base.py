@@ -21,6 +21,18 @@ Row = dict[str, Any]
 View = Mapping[Key, Row]
 
 
+def in_log_order(table: Mapping[Key, Row]) -> list[Key]:
+    """A table's keys in log order: by the position of the event that last wrote the row, then by key with
+    numbers compared as numbers (text order put position 102 before 12)."""
+
+    def order(key: Key) -> tuple[float, tuple[tuple[int, Any], ...]]:
+        position = table[key].get("position")
+        at = float(position) if isinstance(position, int) and not isinstance(position, bool) else float("inf")
+        return at, tuple((0, part) if isinstance(part, int | float) else (1, str(part)) for part in key)
+
+    return sorted(table, key=order)
+
+
 class Change(NamedTuple):
     """Set `key` to `row` (None deletes it). A NamedTuple: folds build millions of these on replay.
 

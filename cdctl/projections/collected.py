@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cdctl.domain.events import RecordedEvent
-from cdctl.projections.base import Change, Key, Projection, Router, Row
+from cdctl.projections.base import Change, Key, Projection, Router, Row, in_log_order
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import Rebuild
 from cdctl.store.collected import CollectedFile, Source, SourceCheck, check_source
@@ -48,9 +48,31 @@ def _create_sql(projection: Projection) -> str:
     return f'CREATE TABLE "{projection.table}" ({columns}, PRIMARY KEY ({key}))'
 
 
+# migrations/0008's view per source: which ComputeDomain held which IMEX channel (a controller's log).
+CHANNEL_ASSIGNMENTS = """
+CREATE VIEW IF NOT EXISTS channel_assignments AS
+SELECT s.name AS source,
+       json_extract(a.data, '$.clique_id') AS clique, json_extract(a.data, '$.channel') AS channel,
+       json_extract(a.data, '$.domain_uid') AS domain_uid, json_extract(a.data, '$.namespace') AS namespace,
+       json_extract(a.data, '$.name') AS name, json_extract(a.data, '$.node') AS node,
+       json_extract(a.data, '$.claim') AS claim, json_extract(a.data, '$.source') AS how,
+       a.recorded_at AS assigned_at, r.recorded_at AS released_at,
+       a.position AS assigned_position, r.position AS released_position
+FROM source_events AS a JOIN sources AS s ON s.id = a.source_id
+LEFT JOIN source_events AS r ON r.source_id = a.source_id AND r.position = (
+    SELECT min(x.position) FROM source_events AS x
+    WHERE x.source_id = a.source_id AND x.stream = a.stream AND x.type = 'ImexChannelReleased'
+      AND x.position > a.position
+      AND json_extract(x.data, '$.domain_uid') = json_extract(a.data, '$.domain_uid')
+      AND json_extract(x.data, '$.channel') = json_extract(a.data, '$.channel'))
+WHERE a.type = 'ImexChannelAssigned' AND a.stream GLOB 'channels/*'
+"""
+
+
 def ensure_read_models(file: CollectedFile) -> bool:
     """Create the read-model tables, or recreate those whose columns changed; True when any was (re)made,
-    in which case every source must be rebuilt."""
+    in which case every source must be rebuilt. The `channel_assignments` view needs no rebuild."""
+    file.db.execute(CHANNEL_ASSIGNMENTS)
     made = False
     for projection in lifecycle_projections():
         found = [row[1] for row in file.query(f'PRAGMA table_info("{projection.table}")')]
@@ -188,7 +210,7 @@ def replay(
     tables: dict[str, list[Row]] = {p.name: [] for p in lifecycle_projections()}
     for source in sources or file.sources():
         for name, table in fold(file, source, until).items():
-            rows = [{"source": source.name, **table[key]} for key in sorted(table, key=repr)]
+            rows = [{"source": source.name, **table[key]} for key in in_log_order(table)]
             tables[name].extend(rows)
     return tables
 

@@ -275,11 +275,7 @@ async def _remove(
     report.removed_s = time.perf_counter() - started
     await _reclaim(store, report)
     report.live_bytes_after = await store.on_reader(compaction.live_bytes)
-    report.file_bytes_after = sum(
-        path.stat().st_size
-        for path in (store.path, store.path.with_name(store.path.name + "-wal"))
-        if path.exists()
-    )
+    report.file_bytes_after = store.size_bytes()
     report.duration_s = time.perf_counter() - started
     return report
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from cdctl.domain.errors import CompactedAway, LogTampered
 from cdctl.domain.events import RecordedEvent
-from cdctl.projections.base import Key, Projection, Router, Row, apply_to_table
+from cdctl.projections.base import Key, Projection, Router, Row, apply_to_table, in_log_order
 from cdctl.projections.sinks import ViewSink, decode_snapshot
 from cdctl.store import compaction, integrity
 from cdctl.store.base import EventStore
@@ -146,7 +146,7 @@ async def replay(
         count += len(events)
         after = events[-1].position
     tables = {
-        name: [table[k] for k in sorted(table, key=repr) if not isinstance(table[k], Partial)]
+        name: [table[k] for k in in_log_order(table) if not isinstance(table[k], Partial)]
         for name, table in rebuild.tables.items()
     }
     return ReplayResult(rebuild.position, count, tables)

@@ -43,13 +43,9 @@ def kind_of(path: Path) -> str:
             if handle.read(len(schema.SQLITE_HEADER)) != schema.SQLITE_HEADER:
                 schema.check_identity(path)  # raises: not an SQLite database
                 return "log"
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            application_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
-        finally:
-            conn.close()
-    except (OSError, sqlite3.DatabaseError) as exc:
+    except OSError as exc:
         raise StoreError(f"{path}: cannot read: {exc}") from exc
+    application_id, _ = schema.read_identity(path)  # a locked file: StoreLocked, at once
     if application_id == APPLICATION_ID:
         return "collected"
     schema.check_identity(path)  # raises for another application's database

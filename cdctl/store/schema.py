@@ -14,9 +14,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdctl.domain.errors import StoreError
+from cdctl.domain.errors import StoreError, StoreLocked
 
 APPLICATION_ID = int.from_bytes(b"cdct", "big")
+# How long a reader waits on another process's lock before saying the file is locked (StoreLocked, exit 75).
+# A writer in WAL mode never blocks readers; only an exclusive lock or a recovery in progress does, and
+# waiting longer than this tells the operator nothing more.
+READ_LOCK_WAIT_S = 0.5
 SQLITE_HEADER = b"SQLite format 3\x00"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -66,17 +70,32 @@ def check_identity(path: Path) -> None:
         raise StoreError(f"{path}: not an SQLite database, so not a cdctl event log")
     if not header:
         return  # empty file: a fresh log is created in it
+    app_id, tables = read_identity(path)
+    if app_id != APPLICATION_ID and (app_id != 0 or tables):
+        raise StoreError(f"{path}: an SQLite database of another application, not a cdctl event log")
+
+
+def read_identity(path: Path) -> tuple[int, int]:
+    """An SQLite file's (application_id, number of schema objects), read-only; a lock held elsewhere longer
+    than READ_LOCK_WAIT_S raises StoreLocked, promptly, and an unreadable file StoreError."""
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=READ_LOCK_WAIT_S)
         try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+            tables = int(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
+        if is_locked(exc):
+            raise StoreLocked(f"{path}: locked by another process; try again") from exc
         raise StoreError(f"{path}: unreadable SQLite file: {exc}") from exc
-    if app_id != APPLICATION_ID and (app_id != 0 or tables):
-        raise StoreError(f"{path}: an SQLite database of another application, not a cdctl event log")
+    return app_id, tables
+
+
+def is_locked(exc: BaseException) -> bool:
+    """SQLite's "database is locked" / "database table is locked" / SQLITE_BUSY, whatever the driver."""
+    reason = str(getattr(exc, "orig", None) or exc)
+    return "locked" in reason or "busy" in reason
 
 
 def pending(current_version: int, migrations: list[Migration]) -> list[Migration]:

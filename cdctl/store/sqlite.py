@@ -15,8 +15,10 @@ the writer caps the WAL file it leaves after a checkpoint at WAL_SIZE_LIMIT.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -42,7 +44,7 @@ PRAGMAS = (
     "PRAGMA busy_timeout = 5000",
     "PRAGMA foreign_keys = ON",
 )
-READ_BUSY_TIMEOUT_MS = 1000
+READ_BUSY_TIMEOUT_MS = int(schema.READ_LOCK_WAIT_S * 1000)
 WAL_SIZE_LIMIT = 64 << 20  # bytes a checkpointed WAL file is truncated to (compaction writes a lot at once)
 FILE_MODE = 0o600  # the log names every tenant's claims and domains: owner-only
 SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -149,6 +151,7 @@ class SqliteEventStore(EventStore):
         self.scheme = hashchain.ChainScheme()
         self._read_tip_hash = hashchain.GENESIS
         self.checked_at_open = 0  # events whose links the open check recomputed
+        self.append_observers: list[Callable[[float], None]] = []  # seconds each append took (metrics)
 
     @classmethod
     async def open(
@@ -264,7 +267,29 @@ class SqliteEventStore(EventStore):
         return self._writer
 
     async def append_batch(self, appends: Sequence[StreamAppend]) -> list[RecordedEvent]:
-        return await self._require_writer().append(appends)
+        writer = self._require_writer()
+        if not self.append_observers:
+            return await writer.append(appends)
+        started = time.perf_counter()
+        recorded = await writer.append(appends)
+        elapsed = time.perf_counter() - started
+        for observe in self.append_observers:
+            observe(elapsed)
+        return recorded
+
+    def events_kept(self) -> int:
+        """Events in the file: from the first position compaction kept to the head (a writer's count)."""
+        writer = self._require_writer()
+        head = writer.tip[0]
+        return head - writer.first + 1 if writer.first and head >= writer.first else 0
+
+    def size_bytes(self) -> int:
+        """The file and its write-ahead log on disk, in bytes (what `eventLog.retention.size` bounds)."""
+        total = 0
+        for path in (self.path, self.path.with_name(self.path.name + "-wal")):
+            with contextlib.suppress(FileNotFoundError):
+                total += path.stat().st_size
+        return total
 
     async def write(self, fn: WriteFn) -> Any:
         """Run `fn(connection)` in the writer's transaction (projection views, snapshots)."""

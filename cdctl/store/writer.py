@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cdctl.domain.errors import CdctlError, StoreError, StoreLocked
 from cdctl.domain.events import RecordedEvent
 from cdctl.domain.hashchain import GENESIS, ChainScheme
+from cdctl.store import schema
 from cdctl.store.base import HeadNotifier, StreamAppend
 from cdctl.store.driver import driver_of, in_driver_thread
 from cdctl.store.sealing import Chain, SealedEvent, seal, utc_now
@@ -52,7 +53,7 @@ class _Job:
 
 def locked_or_failed(exc: OperationalError | sqlite3.OperationalError, path: str) -> CdctlError:
     reason = str(exc.orig) if isinstance(exc, OperationalError) else str(exc)
-    if "locked" in reason or "busy" in reason:
+    if schema.is_locked(exc):
         return StoreLocked(f"{path}: event log is locked by another writer")
     return StoreError(f"{path}: write failed: {reason}")
 
@@ -68,6 +69,7 @@ class Writer:
         self._scheme = scheme or ChainScheme()
         self._chain = Chain(0, GENESIS, self._scheme)
         self.tip: tuple[int, str] = (0, GENESIS)  # the last committed (position, hash), swapped whole
+        self.first = 0  # the first position still in the file (0: none); compaction removes a prefix
         self._task: asyncio.Task[None] | None = None
         self._dead: StoreError | None = None
         self._inflight: list[_Job] = []
@@ -121,10 +123,13 @@ class Writer:
         rows = await self._fetch("SELECT position, hash FROM events ORDER BY position DESC LIMIT 1")
         tip = (int(rows[0][0]), str(rows[0][1])) if rows else (0, GENESIS)
         self._chain = Chain(*tip, self._scheme)
+        self.first = int((await self._fetch("SELECT COALESCE(MIN(position), 0) FROM events"))[0][0])
         await self._conn.rollback()
 
     def _published(self) -> None:
         """After a commit: the tip others read (metrics), then wake the subscribers."""
+        if not self.first and self._chain.head > self.tip[0]:
+            self.first = self.tip[0] + 1
         self.tip = (self._chain.head, self._chain.last_hash)
         self._notifier.advance(self._chain.head)
 
@@ -290,6 +295,8 @@ class Writer:
                 recorded = [s.event for s in outcome]
             result = job.sync(db, recorded)
             db.execute("COMMIT")
+            # A sync job is how compaction removes events: the first position kept may have moved.
+            self.first = int(db.execute("SELECT COALESCE(MIN(position), 0) FROM events").fetchone()[0])
             return recorded, result
         except BaseException:
             if db.in_transaction:

@@ -121,7 +121,7 @@ def test_controller_statefulset(rendered: dict[str, list[dict[str, Any]]]) -> No
     assert env["METRICS_PATH"] == "/metrics"
     assert env["MAX_NODES_PER_IMEX_DOMAIN"] == "18"
     assert (env["IMEX_ISOLATION"], env["IMEX_CHANNEL_COUNT"]) == ("domain", "2048")
-    assert env["LOG_VERBOSITY_CD_DAEMON"] == "4"
+    assert env["LOG_VERBOSITY_CD_DAEMON"] == "2"  # the ladder's default in every component
     assert env["LEADER_ELECTION_ENABLED"] == "false"
     assert env["FEATURE_GATES"] == ""
     assert env["CDCTL_DB"] == "/var/lib/cdctl/controller.db"

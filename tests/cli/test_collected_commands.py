@@ -52,7 +52,8 @@ def invoke(*args: str) -> tuple[int, str, str]:
 
 
 def lines(out: str) -> list[dict[str, object]]:
-    return [json.loads(line) for line in out.splitlines()]
+    items: list[dict[str, object]] = json.loads(out)
+    return items
 
 
 def test_events_are_merged_by_time_with_their_source(

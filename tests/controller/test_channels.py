@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 from prometheus_client import generate_latest
 
@@ -22,9 +23,14 @@ from cdctl.api.isolation import CHANNEL_ISOLATION_DEVICE_CLASS, CLIQUE_NODE_LABE
 from cdctl.cli.main import cli
 from cdctl.controller.manager import ControllerManager
 from cdctl.controller.observations import allocated_node, kept_form
+from cdctl.domain.channels import ImexChannelAssigned, ImexChannelReleased
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
+from cdctl.projections.collected import ensure_read_models, rebuild
+from cdctl.store.collected import CollectedFile
+from cdctl.store.export import LogRef
 from cdctl.store.sqlite import SqliteEventStore
 from tests.chart.conftest import chart_policies, chart_rbac
+from tests.collect.harness import store_locally, write_log
 from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, Cluster, eventually
 from tests.controller.test_standby import LEASE, as_pod, read_log
 
@@ -90,8 +96,27 @@ def status(cluster: Cluster, name: str) -> dict[str, Any]:
     return dict((cluster.domain(name) or {}).get("status") or {})
 
 
+def waiting(cluster: Cluster, name: str) -> dict[str, Any]:
+    """The domain's `Ready=False` condition (reason, message), or {} when it has none."""
+    conditions = status(cluster, name).get("conditions") or []
+    return next((dict(c) for c in conditions if c.get("type") == "Ready"), {})
+
+
 def free_channels(manager: ControllerManager, clique: str = CLIQUE) -> float | None:
     return manager.metrics.registry.get_sample_value("cdctl_imex_channels_free", {"clique": clique})
+
+
+def shared_daemon(cluster: Cluster, node: str) -> None:
+    """The chart's shared IMEX daemon pod on `node`, Ready (driver-managed channel isolation)."""
+    body = {
+        "metadata": {
+            "name": f"cdctl-imex-daemon-{node}",
+            "labels": {"app.kubernetes.io/component": "imex-daemon"},
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "imex", "image": "x"}]},
+    }
+    pod = cluster.server.store.create(cluster.type_of("", "pods"), DRIVER_NAMESPACE, body)
+    cluster.set_pod(pod, ip="10.0.0.5", ready=True)
 
 
 async def domain_with_claim(cluster: Cluster, name: str, node: str) -> str:
@@ -155,22 +180,24 @@ async def test_the_fourth_domain_waits_for_a_release_and_a_released_channel_is_r
         uids = [await domain_with_claim(cluster, f"job-{i}", "node-a") for i in range(3)]
         await eventually(lambda: [channel_of(cluster, uid) for uid in uids] == [1, 2, 3])
         await eventually(lambda: free_channels(manager) == 0.0)
-        waiting = await domain_with_claim(cluster, "job-3", "node-a")
-        await eventually(lambda: status(cluster, "job-3").get("reason") == "IMEXChannelsExhausted")
+        fourth = await domain_with_claim(cluster, "job-3", "node-a")
+        await eventually(lambda: waiting(cluster, "job-3").get("reason") == "IMEXChannelsExhausted")
         assert status(cluster, "job-3")["status"] == "NotReady"
-        assert CLIQUE in status(cluster, "job-3")["message"]
+        assert (
+            CLIQUE in waiting(cluster, "job-3")["message"] and waiting(cluster, "job-3")["status"] == "False"
+        )
         reasons = {(e.get("reason"), e["involvedObject"]["name"]) for e in cluster.list("", "events")}
         assert ("IMEXChannelsExhausted", "job-3") in reasons
-        assert channel_of(cluster, waiting) is None
+        assert channel_of(cluster, fourth) is None
 
         # job-1 is deleted while its pod still holds the claim: its channel stays held.
         cluster.delete_domain("job-1")
         await eventually(lambda: cluster.domain("job-1") is None)
-        assert channel_of(cluster, uids[1]) == 2 and channel_of(cluster, waiting) is None
+        assert channel_of(cluster, uids[1]) == 2 and channel_of(cluster, fourth) is None
         release_claim(cluster, "job-1-worker-0")  # the pod is gone: now the channel is free
-        await eventually(lambda: channel_of(cluster, waiting) == 2)
+        await eventually(lambda: channel_of(cluster, fourth) == 2)
         await eventually(lambda: status(cluster, "job-3").get("status") == "Ready")
-        assert "reason" not in status(cluster, "job-3")
+        assert waiting(cluster, "job-3") == {}
         assert cluster.get(*CLIQUES, DRIVER_NAMESPACE, f"{uids[1]}.{CLIQUE}") is None
 
         # Released in the order 1 then 3: a new domain gets 1 (released longest ago), not 3.
@@ -251,20 +278,8 @@ async def test_driver_managed_ready_waits_for_the_shared_daemon_of_each_node(tmp
         await domain_with_claim(cluster, "job", "node-a")
         await eventually(lambda: status(cluster, "job").get("channels") == f"{CLIQUE}:1")
         assert status(cluster, "job")["status"] == "NotReady"
-        assert status(cluster, "job")["reason"] == "IMEXDaemonNotReady"
-        pods = cluster.type_of("", "pods")
-        pod = cluster.server.store.create(
-            pods,
-            DRIVER_NAMESPACE,
-            {
-                "metadata": {
-                    "name": "cdctl-imex-daemon-abcde",
-                    "labels": {"app.kubernetes.io/component": "imex-daemon"},
-                },
-                "spec": {"nodeName": "node-a", "containers": [{"name": "imex", "image": "x"}]},
-            },
-        )
-        cluster.set_pod(pod, ip="10.0.0.5", ready=True)
+        assert [n["status"] for n in status(cluster, "job")["nodes"]] == ["NotReady"]  # its daemon is not up
+        shared_daemon(cluster, "node-a")
         await eventually(lambda: status(cluster, "job").get("status") == "Ready")
         assert cluster.list("apps", "daemonsets") == []
         metrics = generate_latest(cluster.controllers[0][1][0].metrics.registry).decode()
@@ -289,35 +304,43 @@ async def test_history_and_sql_show_who_held_which_channel(tmp_path: Path) -> No
     assert theirs not in history.output  # the clique's stream is shared: only this domain's events
     stream = await run_cli(["history", "--db", str(db), f"channels/{CLIQUE}"])
     assert stream.output.count("ImexChannelAssigned") == 2
-    query = "SELECT name, channel, clique, node, source FROM channel_assignments ORDER BY channel"
+    query = "SELECT name, channel, clique, node, how FROM channel_assignments ORDER BY channel"
     sql = await run_cli(["sql", "--db", str(db), "--json", query])
     assert sql.exit_code == 0, sql.output
     rows = json.loads(sql.output)
     assert rows == [
-        {"name": "mine", "channel": 1, "clique": CLIQUE, "node": "node-a", "source": "picked"},
-        {"name": "theirs", "channel": 2, "clique": CLIQUE, "node": "node-a", "source": "picked"},
+        {"name": "mine", "channel": 1, "clique": CLIQUE, "node": "node-a", "how": "picked"},
+        {"name": "theirs", "channel": 2, "clique": CLIQUE, "node": "node-a", "how": "picked"},
     ]
 
 
-CHANNEL_CHART = {
-    "controller": {"leaderElection": {"enabled": True}},
-    "featureGates": {"HostManagedIMEX": True},
-    "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
-}
+# Longer than test_standby's 1 s: on a loaded machine a late renewal must not hand the Lease over early.
+STEADY_LEASE = {**LEASE, "lease_duration_s": 4.0, "renew_deadline_s": 3.0, "retry_period_s": 0.2}
 
 
-async def test_a_new_leader_keeps_every_assignment_made_before_it_mid_formation(tmp_path: Path) -> None:
-    """Both replicas run under the chart's RBAC and policies for channel isolation. The standby records the
-    channel the leader published; the leader dies while a second domain forms; the new leader keeps the first
-    domain's number (recorded as observed) and gives the second another one."""
+@pytest.mark.parametrize("host_managed", [True, False], ids=["host-managed", "driver-managed"])
+async def test_a_new_leader_keeps_every_assignment_made_before_it_mid_formation(
+    tmp_path: Path, host_managed: bool
+) -> None:
+    """Both replicas run under the chart's RBAC and policies for channel isolation, in each IMEX mode. The
+    standby records the channel the leader published; the leader dies while a second domain forms; the new
+    leader keeps the first domain's number (recorded as observed) and gives the second another one."""
+    chart = {
+        "controller": {"leaderElection": {"enabled": True}},
+        "featureGates": {"HostManagedIMEX": host_managed},
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
+    }
+    settings = HOST_MANAGED if host_managed else {"imex_isolation": ImexIsolation.CHANNEL}
     async with Cluster(tmp_path) as cluster:
-        cluster.server.rbac.load(chart_rbac(DRIVER_NAMESPACE, CHANNEL_CHART))
-        cluster.server.load_policies(chart_policies(DRIVER_NAMESPACE, CHANNEL_CHART))
+        cluster.server.rbac.load(chart_rbac(DRIVER_NAMESPACE, chart))
+        cluster.server.load_policies(chart_policies(DRIVER_NAMESPACE, chart))
+        if not host_managed:
+            shared_daemon(cluster, "node-a")
 
         async def replica(pod: str) -> tuple[asyncio.Task[None], ControllerManager]:
             return await cluster.start_controller(
                 pod_name=pod, kubeconfig=as_pod(cluster, pod), db_path=str(tmp_path / f"{pod}.db"),
-                leader_election=LEASE, wait_synced=False, **HOST_MANAGED,
+                leader_election=STEADY_LEASE, wait_synced=False, **settings,
             )  # fmt: skip
 
         leader_task, leader = await replica("controller-a")
@@ -356,8 +379,8 @@ async def test_a_node_without_a_clique_label_waits_until_it_gets_one(tmp_path: P
         nodes = cluster.type_of("", "nodes")
         cluster.server.store.create(nodes, "", {"metadata": {"name": "node-a", "labels": {}}})
         uid = await domain_with_claim(cluster, "job", "node-a")
-        await eventually(lambda: status(cluster, "job").get("reason") == "NodeWithoutClique")
-        assert "node-a" in status(cluster, "job")["message"] and channel_of(cluster, uid) is None
+        await eventually(lambda: waiting(cluster, "job").get("reason") == "NodeWithoutClique")
+        assert "node-a" in waiting(cluster, "job")["message"] and channel_of(cluster, uid) is None
         node = cluster.get("", "nodes", "", "node-a")
         assert node is not None
         node["metadata"]["labels"] = {CLIQUE_NODE_LABEL: CLIQUE}  # GPU Feature Discovery catches up
@@ -386,3 +409,32 @@ def test_a_claims_node_is_read_from_its_allocation_and_little_else_is_kept() -> 
     )
     two = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}
     assert allocated_node({"status": {"allocation": {"nodeSelector": {"nodeSelectorTerms": [two]}}}}) == ""
+
+
+async def test_a_collected_file_shows_the_assignments_per_source(tmp_path: Path) -> None:
+    """`cdctl collect` of two controller replicas' logs: the same view, with the log each row came from."""
+    a, b = "3b9f6a2e-1c4d-4e8f-9a0b-7c6d5e4f3a21", "9c1e0d4b-2a3f-4b5c-8d7e-6f5a4b3c2d10"
+    stream = f"channels/{CLIQUE}"
+    await write_log(
+        tmp_path / "c0.db",
+        [
+            (stream, ImexChannelAssigned(CLIQUE, 1, a, USER_NAMESPACE, "a", "node-a", "team-a/w0")),
+            (stream, ImexChannelReleased(CLIQUE, 1, a, USER_NAMESPACE, "a", "gone")),
+        ],
+    )
+    await write_log(tmp_path / "c1.db", [(stream, ImexChannelAssigned(CLIQUE, 2, b, USER_NAMESPACE, "b"))])
+    path = tmp_path / "collected.db"
+    with CollectedFile.open(path, create=True) as file:
+        ensure_read_models(file)
+        for pod in ("c0", "c1"):
+            await store_locally(file, LogRef("controller", "controller", tmp_path / f"{pod}.db"), pod=pod)
+        rebuild(file, file.sources())
+    query = "SELECT source, channel, name, node, released_at IS NOT NULL AS released FROM channel_assignments"
+    result = await run_cli(["sql", "--db", str(path), "--json", f"{query} ORDER BY channel"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [(r["channel"], r["name"], r["node"], r["released"]) for r in rows] == [
+        (1, "a", "node-a", 1),
+        (2, "b", "", 0),
+    ]
+    assert rows[0]["source"] != rows[1]["source"]

@@ -33,6 +33,7 @@ REFERENCE_FLAGS = {
     "--kube-api-qps": "KUBE_API_QPS",
     "--kube-api-burst": "KUBE_API_BURST",
     "--feature-gates": "FEATURE_GATES",
+    "--imex-mode": "IMEX_MODE",
 }
 
 
@@ -212,6 +213,20 @@ def test_a_fatal_start_up_error_is_one_line_without_a_traceback(tmp_path: Path) 
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("cdctl controller: TransportError: 0 Transport: GET /apis/resource.k8s.io")
     assert "Traceback" not in result.output
+
+
+def test_the_go_drivers_host_managed_spelling_configures_host_managed_mode(
+    captured: list[ControllerSettings],
+) -> None:
+    env = {
+        "POD_NAME": "c", "IMAGE_NAME": "i", "LOG_VERBOSITY_CD_DAEMON": "2",
+        "FEATURE_GATES": "HostManagedIMEXDaemon=true,ConsumableShares=true,", "IMEX_MODE": "hostManaged",
+    }  # fmt: skip
+    result = CliRunner().invoke(cli.controller, [], env=env)
+    assert result.exit_code == 0, result.output
+    (s,) = captured
+    assert s.feature_gates.enabled("HostManagedIMEX")
+    assert not s.driver_managed_daemons
 
 
 def test_imex_isolation_and_channel_count_from_flags_or_environment(

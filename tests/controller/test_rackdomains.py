@@ -199,7 +199,7 @@ async def test_rack_decisions_are_in_the_log_file_for_cdctl_events_and_the_log_v
         runner.invoke, cli, ["events", "--db", str(db), "--stream", "rack/*", "--json"]
     )
     assert listed.exit_code == 0, listed.output
-    lines = [json.loads(line) for line in listed.output.splitlines() if line.strip()]
+    lines = json.loads(listed.stdout)
     assert [(e["stream"], e["type"]) for e in lines] == [
         (f"rack/{RACK_A}", "RackDomainCreated"),
         (f"rack/{RACK_A}", "RackDomainDeleted"),

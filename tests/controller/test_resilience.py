@@ -11,7 +11,6 @@ from cdctl.domain.computedomains import (
     ComputeDomainObserved,
     ComputeDomainTornDown,
     DomainActionIntended,
-    DomainActionSucceeded,
     DomainObjectObserved,
 )
 from cdctl.domain.events import decode
@@ -135,41 +134,6 @@ async def test_objects_of_domains_that_no_longer_exist_are_swept(tmp_path: Path)
         await cluster.start_controller()
         await eventually(lambda: cluster.list(*RCT) == [] and cluster.list("apps", "daemonsets") == [])
         await eventually(lambda: LABEL not in cluster.get("", "nodes", "", "node-z")["metadata"]["labels"])
-
-
-async def test_a_foreign_template_with_the_same_name_is_reported_on_the_domain(tmp_path: Path) -> None:
-    async with Cluster(tmp_path) as cluster:
-        cluster.server.store.create(
-            cluster.type_of(*RCT),
-            USER_NAMESPACE,
-            {"metadata": {"name": "taken"}, "spec": {"spec": {"devices": {"requests": []}}}},
-        )
-        log = InMemoryEventStore()
-        await cluster.start_controller(store=log)
-        cd = cluster.create_domain("cd1", template="taken")
-        event = await eventually(
-            lambda: next(
-                (
-                    e
-                    for e in cluster.list("", "events", USER_NAMESPACE)
-                    if e.get("reason") == "ResourceClaimTemplateConflict"
-                ),
-                None,
-            )
-        )
-        assert event["type"] == "Warning"
-        assert event["involvedObject"]["uid"] == cd["metadata"]["uid"]
-        assert "team-a/taken already exists" in event["message"]
-        assert "labels" not in cluster.get(*RCT, USER_NAMESPACE, "taken")["metadata"]
-        # The conflict blocks the template, not the rest: the status is still kept.
-        await eventually(lambda: (cluster.domain("cd1") or {}).get("status", {}).get("status") == "Ready")
-
-        async def warned() -> list[DomainActionSucceeded]:
-            events = [decode(e) for e in await log.read_stream(f"domain/{cd['metadata']['uid']}")]
-            return [e for e in events if isinstance(e, DomainActionSucceeded) and e.action == "warn"]
-
-        (warning,) = await eventually_async(warned)
-        assert warning.detail.startswith("ResourceClaimTemplateConflict: ")
 
 
 async def test_a_failure_retrying_cannot_fix_is_reported_on_the_domain(tmp_path: Path) -> None:

@@ -85,10 +85,10 @@ async def test_a_standby_records_what_it_sees_writes_nothing_and_takes_over_befo
         assert cluster.server.audit.select(pod="controller-b", resource="leases", verbs={"get"})
         # Only the leader reports the domains, so a sum over both replicas stays right.
         standby_metrics = generate_latest(standby.metrics.registry).decode()
-        assert "cdctl_controller_leader 0.0" in standby_metrics
+        assert "cdctl_leader 0.0" in standby_metrics
         assert "nvidia_dra_compute_domain_info{" not in standby_metrics
         leader_metrics = generate_latest(leader.metrics.registry).decode()
-        assert "cdctl_controller_leader 1.0" in leader_metrics
+        assert "cdctl_leader 1.0" in leader_metrics
         assert 'nvidia_dra_compute_domain_info{status="' in leader_metrics
 
         # The leader dies without releasing the Lease (kill -9: nothing runs after it).

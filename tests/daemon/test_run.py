@@ -41,7 +41,7 @@ def _history(rig: Rig, daemon_name: str) -> list[str]:
     daemon = next(d for d in rig.daemons if d.name == daemon_name)
     done = daemon.cli("history", "--db", str(daemon.db), daemon.node, "--json")
     assert done.returncode == 0, done.stderr
-    return [json.loads(line)["type"] for line in done.stdout.splitlines() if line.strip()]
+    return [event["type"] for event in json.loads(done.stdout)]
 
 
 async def test_without_the_cdi_edits_run_fails_with_one_clear_line(rig: Rig) -> None:
@@ -183,7 +183,7 @@ async def test_ip_mode_follows_the_domain_status_and_restarts_a_crashed_imex(rig
 
 def _events(daemon: Daemon, kind: str) -> list[dict[str, Any]]:
     done = daemon.cli("history", "--db", str(daemon.db), daemon.node, "--json")
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    rows = json.loads(done.stdout)
     return [row["data"] for row in rows if row["type"] == kind]
 
 

@@ -66,6 +66,23 @@ def test_exhaustion_counts_channel_zero_out() -> None:
     assert book.pick(4) == 1
 
 
+def test_a_replaced_number_is_not_fresh_again_but_reused_last() -> None:
+    book = CliqueChannels(CLIQUE).assign("a", 1).assign("a", 2)  # e.g. an admin edited the clique object
+    assert book.held["a"].channel == 2 and book.released == (1,)
+    assert book.pick(8) == 3
+
+
+def test_a_lower_limit_after_a_restart_keeps_what_is_held_and_hands_out_nothing_above_it() -> None:
+    book = CliqueChannels(CLIQUE)
+    for uid in ("a", "b", "c", "d"):
+        book, _ = assigned(book, uid, 8)  # 1..4 under --imex-channel-count 8
+    book = book.release("a")
+    assert book.free(3) == 1 and book.pick(3) == 1  # now 3: only 1 and 2 exist, 2 is held
+    book = book.assign("e", 1)
+    assert book.pick(3) is None and book.free(3) == 0
+    assert sorted(h.channel for h in book.held.values()) == [1, 2, 3, 4]
+
+
 def test_assigning_a_held_channel_to_another_domain_is_refused() -> None:
     book = CliqueChannels(CLIQUE).assign("a", 1)
     with pytest.raises(ValueError, match="held by a"):

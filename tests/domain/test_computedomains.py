@@ -8,10 +8,12 @@ from hypothesis import strategies as st
 from cdctl.domain.computedomains import (
     STATUS_NOT_READY,
     STATUS_READY,
+    Blocked,
     ComputeDomainObserved,
     DaemonEntry,
     DaemonPod,
     assign_clique,
+    blocked_since,
     desired_status,
     global_status,
     same_status,
@@ -145,3 +147,35 @@ def test_domain_events_are_registered_and_serialise() -> None:
     assert registered_types()["ComputeDomainObserved"] is ComputeDomainObserved
     event = ComputeDomainObserved("u", "ns", "cd", "7", "ADDED", num_nodes=2)
     assert event.to_data()["num_nodes"] == 2
+
+
+def test_a_blocked_domain_is_not_ready_with_the_reason_whatever_its_daemons_say() -> None:
+    ready = [DaemonEntry("n1", "a", "x", 0, STATUS_READY)]
+    blocked = Blocked("ResourceClaimTemplateConflict", "team-a/t is taken", "2026-11-25T06:00:00Z")
+    desired = desired_status(ready, 1, blocked)
+    assert desired["status"] == STATUS_NOT_READY and desired["nodes"] == desired_status(ready, 1)["nodes"]
+    assert desired["conditions"] == [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "ResourceClaimTemplateConflict",
+            "message": "team-a/t is taken",
+            "lastTransitionTime": "2026-11-25T06:00:00Z",
+        }
+    ]
+    assert "conditions" not in desired_status(ready, 1)
+    # The transition time does not make a change; the reason, the message or the condition's end do.
+    later = Blocked(blocked.reason, blocked.message, "2026-11-25T07:00:00Z")
+    assert same_status(desired, desired_status(ready, 1, later))
+    assert not same_status(desired, desired_status(ready, 1, Blocked(blocked.reason, "other", blocked.since)))
+    assert not same_status({**desired, "status": STATUS_READY}, desired_status(ready, 1))
+    assert not same_status(
+        {"status": STATUS_NOT_READY, "nodes": desired["nodes"]}, desired_status(ready, 1, blocked)
+    )
+
+
+def test_the_transition_time_is_kept_while_the_reason_lasts() -> None:
+    current = {"conditions": [{"type": "Ready", "reason": "A", "lastTransitionTime": "t0"}]}
+    assert blocked_since(current, "A", "t1") == "t0"
+    assert blocked_since(current, "B", "t1") == "t1"
+    assert blocked_since(None, "A", "t1") == "t1"

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -37,6 +38,13 @@ async def _run(*argv: str) -> tuple[int, str]:
     result = await asyncio.to_thread(CliRunner().invoke, cli, list(argv))
     assert "Traceback" not in result.output, result.output
     return result.exit_code, result.output
+
+
+async def _json(*argv: str) -> tuple[int, Any]:
+    """A reading command's `-o json` document (stdout only: stderr says what SUBJECT resolved to)."""
+    result = await asyncio.to_thread(CliRunner().invoke, cli, [*argv, "-o", "json"])
+    assert result.exit_code == 0, result.output
+    return result.exit_code, json.loads(result.stdout)
 
 
 @pytest.fixture
@@ -126,28 +134,22 @@ async def test_an_operator_with_only_the_collector_role_collects_the_rack(work_d
         ]
         assert file.query("SELECT COUNT(*) FROM fetches WHERE status = 'skipped' AND error <> ''") == [(2,)]
     query = "SELECT node, kind, state FROM claim_lifecycle ORDER BY node, kind"
-    code, output = await _run("sql", "--db", str(out), "--json", query)
-    assert code == 0 and json.loads(output.splitlines()[0]) == [
+    code, rows = await _json("sql", "--db", str(out), query)
+    assert code == 0 and rows == [
         {"node": node, "kind": kind, "state": "Unprepared"}
         for node in rack.topology.nodes
         for kind in ("channel", "daemon")
     ]
-    code, output = await _run("history", "--db", str(out), "computedomain/team-a/nvl", "--json")
-    assert code == 0, output
-    story = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    code, story = await _json("history", "--db", str(out), "computedomain/team-a/nvl")
     assert {e["source"] for e in story} == {"controller/cdctl-controller-0", *plugins, *daemons}
     assert [e["recorded_at"] for e in story] == sorted(e["recorded_at"] for e in story)
     worker = next(
         e["data"] for e in story if e["type"] == "ClaimPrepareStarted" and e["data"]["kind"] == "channel"
     )
-    code, output = await _run("history", "--db", str(out), f"resourceclaim/team-a/{worker['name']}", "--json")
-    assert code == 0 and {
-        json.loads(line)["source"] for line in output.splitlines() if line.startswith("{")
-    } == {f"kubelet-plugin/{worker['node']}"}
-    code, output = await _run("history", "--db", str(out), f"node/{worker['node']}", "--json")
-    assert code == 0 and {
-        json.loads(line)["source"] for line in output.splitlines() if line.startswith("{")
-    } >= {
+    code, story = await _json("history", "--db", str(out), f"resourceclaim/team-a/{worker['name']}")
+    assert {e["source"] for e in story} == {f"kubelet-plugin/{worker['node']}"}
+    code, story = await _json("history", "--db", str(out), f"node/{worker['node']}")
+    assert {e["source"] for e in story} >= {
         f"kubelet-plugin/{worker['node']}",
         f"daemon/{worker['node']}/{domain}",
         "controller/cdctl-controller-0",

@@ -1,5 +1,6 @@
 """The kubelet plugin's identity under the chart's RBAC and admission policies: on its own node it may set the
-ComputeDomain label and publish the driver's ResourceSlices, and nothing more. A compromised plugin cannot
+ComputeDomain label (and, with kubeletPlugin.gpuCliqueLabelEnabled, nvidia.com/gpu.clique) and publish the
+driver's ResourceSlices, and nothing more. A compromised plugin cannot
 cordon or taint another node, relabel one, change its own node otherwise, or write another node's or another
 driver's slices.
 """
@@ -12,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from cdctl.api.refs import GPU_CLIQUE_LABEL
 from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
+from cdctl.k8s.nodes import set_gpu_clique_label
 from cdctl.k8s.resources import NODES
 from cdctl.k8s.rest import KubeApi
 from cdctl.sim.apiserver.identity import service_account_token
@@ -113,3 +116,63 @@ async def test_a_plugin_token_bound_to_no_node_writes_no_slice(tmp_path: Path) -
         identity(server, tmp_path, service_account_token(NAMESPACE, PLUGIN_ACCOUNT)) as api,
     ):
         assert await refused(api.create(SLICES, a_slice("n0-slice", "n0"))) == 422
+
+
+@pytest.fixture(params=["driver-managed", "host-managed"])
+async def labelling_plugin(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[KubeApi, bool]]:
+    """The plugin of node n0 with kubeletPlugin.gpuCliqueLabelEnabled, in either IMEX mode; True when
+    driver-managed (so it also writes the ComputeDomain label)."""
+    driver_managed = request.param == "driver-managed"
+    values: dict[str, Any] = {"kubeletPlugin": {"gpuCliqueLabelEnabled": True}}
+    if not driver_managed:
+        values["featureGates"] = {"HostManagedIMEX": True}
+    async with enforcing_server(NAMESPACE, values) as server:
+        for name in ("n0", "n1"):
+            seed(server, "", "nodes", "", {"metadata": {"name": name, "labels": {GPU_CLIQUE_LABEL: "c.1"}}})
+        token = service_account_token(NAMESPACE, PLUGIN_ACCOUNT, pod="plugin-n0", pod_uid="u0", node="n0")
+        async with identity(server, tmp_path, token) as api:
+            yield api, driver_managed
+
+
+async def test_with_the_clique_label_on_the_plugin_sets_it_on_its_own_node(
+    labelling_plugin: tuple[KubeApi, bool],
+) -> None:
+    plugin, _ = labelling_plugin
+    await set_gpu_clique_label(plugin, "n0", "c.2")
+    assert (await plugin.get(node("n0")))["metadata"]["labels"][GPU_CLIQUE_LABEL] == "c.2"
+    await set_gpu_clique_label(plugin, "n0", "")  # no clique: the label goes
+    assert GPU_CLIQUE_LABEL not in (await plugin.get(node("n0")))["metadata"].get("labels", {})
+
+
+@pytest.mark.parametrize(
+    ("target", "patch"),
+    [
+        ("n1", {"metadata": {"labels": {GPU_CLIQUE_LABEL: "c.2"}}}),
+        ("n1", {"metadata": {"labels": {GPU_CLIQUE_LABEL: None}}}),
+        ("n0", {"metadata": {"labels": {"nvidia.com/gpu.product": "fake"}}}),
+        (
+            "n0",
+            {"metadata": {"labels": {GPU_CLIQUE_LABEL: "c.2", "node-role.kubernetes.io/control-plane": ""}}},
+        ),
+        ("n0", TAINT),
+    ],
+    ids=["other-node", "other-node-removal", "other-label", "piggy-backed-label", "taint"],
+)
+async def test_with_the_clique_label_on_the_plugin_still_writes_nothing_else(
+    labelling_plugin: tuple[KubeApi, bool], target: str, patch: dict[str, Any]
+) -> None:
+    plugin, _ = labelling_plugin
+    assert await refused(plugin.merge_patch(node(target), patch)) in (403, 422)
+
+
+async def test_the_compute_domain_label_stays_driver_managed_only(
+    labelling_plugin: tuple[KubeApi, bool],
+) -> None:
+    plugin, driver_managed = labelling_plugin
+    patch = {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: "uid-1"}}}
+    if driver_managed:
+        await plugin.merge_patch(node("n0"), patch)
+    else:
+        assert await refused(plugin.merge_patch(node("n0"), patch)) == 422

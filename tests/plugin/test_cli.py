@@ -18,7 +18,8 @@ def test_help_lists_the_go_driver_flags() -> None:
     for flag in (
         "--node-name", "--cdi-root", "--nvidia-driver-root", "--host-driver-root", "--container-driver-root",
         "--kubelet-registrar-directory-path", "--kubelet-plugins-directory-path", "--healthcheck-port",
-        "--feature-gates", "--fake-nvml", "--proc-devices", "--db", "--kubeconfig",
+        "--feature-gates", "--fake-nvml", "--proc-devices", "--db", "--kubeconfig", "--imex-mode",
+        "--gpu-clique-label-enabled", "--gpu-clique-label", "--clique-refresh-interval",
     ):  # fmt: skip
         assert flag in out.output
 
@@ -42,3 +43,11 @@ def test_bad_fake_nvml_spec_is_a_usage_error() -> None:
     out = CliRunner().invoke(root(), ["kubelet-plugin", "--node-name", "n1", "--fake-nvml", "garbage"])
     assert out.exit_code == 2
     assert "--fake-nvml" in out.output
+
+
+def test_an_imex_mode_that_contradicts_the_gate_is_refused_before_start() -> None:
+    env = {"NODE_NAME": "n1", "FEATURE_GATES": "HostManagedIMEX=true", "IMEX_MODE": "driverManaged"}
+    out = CliRunner().invoke(root(), ["kubelet-plugin"], env=env)
+    assert out.exit_code == 2
+    assert "IMEX mode: driverManaged: conflicts with feature gate HostManagedIMEX=true" in out.output
+    assert "Traceback" not in out.output

@@ -50,9 +50,50 @@ def test_strict_in_progress_is_pending_not_fatal() -> None:
     assert result.pending is not None and "state=2 (IN_PROGRESS)" in result.pending
 
 
-def test_strict_completed_with_error_status_is_pending() -> None:
-    result = discover_clique(gpus(done(status=3)), strict=True)
-    assert result.pending is not None and "registration error" in result.pending
+def test_strict_completed_with_error_status_fails_fast() -> None:
+    """A registration that completed with an error is a fault, not a transition: the plugin refuses to start
+    (CrashOnNVLinkFabricErrors, as the Go driver)."""
+    with pytest.raises(nvml.NvmlError, match=r"registration error .*status=3, refusing to start"):
+        discover_clique(gpus(done(status=3)), strict=True)
+
+
+@pytest.mark.parametrize("state", [nvml.STATE_IN_PROGRESS, nvml.STATE_NOT_STARTED])
+def test_single_node_system_with_incomplete_registration_has_no_clique(state: int) -> None:
+    """Upstream PR 1289: Fabric Manager's shared mode leaves GPUs unregistered until a partition is activated;
+    on a single-node NVLink system that is "no clique" (channel-0 for local IMEX), not a pending fabric."""
+    infos = gpus(FabricInfo(U1, 0, state), FabricInfo(U1, 0, state))
+    result = discover_clique(infos, strict=True, single_node=True)
+    assert result.ready and result.clique_id == ""
+    assert any("single-node NVLink system" in n for n in result.notes)
+    # the same GPUs on a multi-node (rack) system wait for the fabric
+    assert not discover_clique(infos, strict=True).ready
+
+
+def test_single_node_system_still_fails_fast_on_a_registration_error() -> None:
+    with pytest.raises(nvml.NvmlError, match="registration error"):
+        discover_clique(gpus(done(status=3)), strict=True, single_node=True)
+
+
+def test_local_fabric_manager_is_read_from_the_host(tmp_path: Path) -> None:
+    assert not nvml.has_local_fabric_manager(tmp_path)
+    devices = tmp_path / "proc/driver/nvidia-nvswitch/devices"
+    devices.mkdir(parents=True)
+    assert not nvml.has_local_fabric_manager(tmp_path)  # the driver is loaded, no switch
+    (devices / "0000:05:00.0").mkdir()
+    assert nvml.has_local_fabric_manager(tmp_path)
+    other = tmp_path / "other"
+    vpd = other / "sys/class/infiniband/mlx5_0/device/vpd"
+    vpd.parent.mkdir(parents=True)
+    vpd.write_bytes(b"\x82PN..NVLINK5 tray")
+    assert not nvml.has_local_fabric_manager(other)
+    vpd.write_bytes(b"\x82PN..SW_MNG..")
+    assert nvml.has_local_fabric_manager(other)
+
+
+def test_fake_spec_expresses_a_single_node_system() -> None:
+    lib = nvml.fake_from_spec(f"{U1}.0:IN_PROGRESS:single-node")
+    assert lib.single_node_fabric() and lib.state == nvml.STATE_IN_PROGRESS
+    assert not nvml.fake_from_spec(f"{U1}.0:IN_PROGRESS").single_node_fabric()
 
 
 def test_legacy_skips_unattached_gpus() -> None:

@@ -104,7 +104,7 @@ def test_a_repair_shows_in_the_claims_history_and_its_checkpoint_transitions(tmp
     asyncio.run(_repair_on_a_sqlite_log(db, tmp_path))  # the commands below run their own event loop
     history = CliRunner().invoke(cli, ["history", "--db", str(db), C1, "--json"])
     assert history.exit_code == 0
-    types = [json.loads(line)["type"] for line in history.stdout.splitlines()]
+    types = [event["type"] for event in json.loads(history.stdout)]
     assert types[-2:] == ["ClaimPrepareCompleted", "ClaimPrepareRepaired"]
     query = f"SELECT from_state, to_state, reason FROM checkpoint_transitions WHERE claim_uid = '{C1}'"
     sql = CliRunner().invoke(cli, ["sql", "--db", str(db), "--json", query])

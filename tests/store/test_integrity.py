@@ -22,7 +22,7 @@ from cdctl.projections.replay import VerifyReport, verify_chain
 from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore
 from cdctl.store.integrity import read_key_file
-from cdctl.store.metrics import EventLogHeadCollector
+from cdctl.store.metrics import EventLogCollector
 from tests.store.tampering import (
     KEY,
     OTHER_KEY,
@@ -246,7 +246,7 @@ async def test_open_check_cost_over_a_long_tail(tmp_path: Path) -> None:
 async def test_the_head_is_in_the_metrics_exposition(tmp_path: Path) -> None:
     registry = CollectorRegistry()
     async with await SqliteEventStore.open(tmp_path / "e.db", key=KEY) as store:
-        registry.register(EventLogHeadCollector(store))
+        registry.register(EventLogCollector(store))
         [*_, last] = await store.append("s/1", [ev(n=1), ev(n=2)])
         text = generate_latest(registry).decode()
     assert "cdctl_event_log_head_position 2.0" in text

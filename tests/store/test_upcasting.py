@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import cdctl.domain.channels  # registers the channel allocator's events
 import cdctl.domain.claims  # registers the claim events
 import cdctl.domain.leadership  # noqa: F401  (registers the leadership events)
 from cdctl.domain.errors import InvalidInput

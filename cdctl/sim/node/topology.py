@@ -3,7 +3,9 @@
 Plain data plus small functions. The rack launcher asks it for node names, for the value of each node's
 kubelet-plugin flag `--fake-nvml CLIQUE_ID[:STATE]` (`fake_nvml_spec`), and for an in-process device library
 (`NodeDeviceLib`) that implements the plugin's `DeviceLib` interface (cdctl.plugin.nvml) and reads the live
-fabric state, so tests can flip a node to IN_PROGRESS or NOT_SUPPORTED and watch the plugin react.
+fabric state, so tests can flip a node to IN_PROGRESS or NOT_SUPPORTED, move it to another clique
+(`set_clique`, as a Fabric Manager repartition does) or make it a single-node NVLink system (`single_node`,
+its own NVSwitches) and watch the plugin react.
 Clique IDs are `<clusterUUID>.<cliqueId>` as NVIDIA's plugin prints them; everything is deterministic.
 Every rack also has CPU-only nodes (`Topology.cpu_nodes`, default one per rack): no GPU, no GPU labels, and a
 fake NVML that cannot load (`no-driver`), as on a real cluster's system or CPU workers. `write_nvml_spec`
@@ -18,7 +20,14 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 
-from cdctl.plugin.nvml import NO_DRIVER_MESSAGE, NO_DRIVER_SPEC, FabricInfo, GpuFabric, NvmlUnavailable
+from cdctl.plugin.nvml import (
+    NO_DRIVER_MESSAGE,
+    NO_DRIVER_SPEC,
+    SINGLE_NODE_SUFFIX,
+    FabricInfo,
+    GpuFabric,
+    NvmlUnavailable,
+)
 
 NODES_PER_RACK = 18
 GPUS_PER_NODE = 4
@@ -46,6 +55,7 @@ class FakeNode:
     fabric_state: FabricState = FabricState.COMPLETED
     fabric_status: int = 0  # NVML_SUCCESS
     has_gpu: bool = True
+    single_node: bool = False  # its own NVSwitches (a single-node NVLink system), not a rack's fabric
     spec_file: Path | None = None  # where `write_nvml_spec` put this node's `--fake-nvml @FILE` spec
 
     @property
@@ -62,7 +72,8 @@ class FakeNode:
             return NO_DRIVER_SPEC
         if self.fabric_state == FabricState.NOT_SUPPORTED:
             return "none"
-        return f"{self.cluster_uuid}.{self.clique_number}:{self.fabric_state.name}"
+        suffix = SINGLE_NODE_SUFFIX if self.single_node else ""
+        return f"{self.cluster_uuid}.{self.clique_number}:{self.fabric_state.name}{suffix}"
 
     def write_nvml_spec(self, path: Path) -> Path:
         """Write `fake_nvml_spec()` to `path` (atomically) for `--fake-nvml @path`."""
@@ -106,6 +117,16 @@ class Topology:
     def set_fabric_state(self, name: str, state: FabricState) -> None:
         node = self.node(name)
         node.fabric_state = state
+        if node.spec_file is not None:
+            node.write_nvml_spec(node.spec_file)
+
+    def set_clique(self, name: str, clique_number: int, cluster_uuid: str | None = None) -> None:
+        """Move a node to another clique (a Fabric Manager repartition); a running plugin sees it when it
+        next re-reads the clique."""
+        node = self.node(name)
+        node.clique_number = clique_number
+        if cluster_uuid is not None:
+            node.cluster_uuid = cluster_uuid
         if node.spec_file is not None:
             node.write_nvml_spec(node.spec_file)
 
@@ -165,3 +186,6 @@ class NodeDeviceLib:
 
     def driver_version(self) -> str:
         return self._version
+
+    def single_node_fabric(self) -> bool:
+        return self._topology.node(self._name).single_node

@@ -19,9 +19,10 @@ one source of truth for them. Helm is not needed at runtime (helm-python-sdk is 
 - ValidatingAdmissionPolicies and their bindings come from `charts/cdctl/files/admission-policies.yaml`, the
   list `templates/admission-policies.yaml` renders (`admission_policies(values, namespace=...)`): the same
   names, matchCondition on the component's service accounts, Fail and [Deny], `driverManagedOnly` entries
-  left out under HostManagedIMEX, the claim policies (`admission` entries: their own matchConditions and the
-  install's constants as their first variables) only while `admission.enabled`; labels carry only the
-  component. The rack loads them, so the simulated cluster enforces them.
+  left out under HostManagedIMEX (spelled either way, `feature_gates`), `pluginNodeLabelsOnly` ones when the
+  plugin writes no Node label (`plugin_node_labels`), the claim policies (`admission` entries: their own
+  matchConditions and the install's constants as their first variables) only while `admission.enabled`;
+  labels carry only the component. The rack loads them, so the simulated cluster enforces them.
 - The collector ServiceAccount (`collector_service_account`) of `templates/rbac-collector.yaml`, whose tokens
   the components accept on their event-log endpoint, and the components' HTTP ports (`http_ports`).
 - The kubelet plugin's placement (`plugin_placement`): the nodeSelector, tolerations and affinity that
@@ -145,6 +146,7 @@ def merged_values(values: Mapping[str, Any] | None = None, *, chart: Path | None
         first = errors[0]
         where = "".join(f"/{part}" for part in first.absolute_path)
         raise ChartValuesError(f"values don't meet the chart's schema: at '{where}': {first.message}")
+    _check_imex_mode(merged)
     gates = feature_gates(merged)
     if gates["ComputeDomainCliques"] and not gates["IMEXDaemonsWithDNSNames"]:
         raise ChartValuesError(
@@ -154,10 +156,56 @@ def merged_values(values: Mapping[str, Any] | None = None, *, chart: Path | None
     return merged
 
 
+def imex_mode(values: Mapping[str, Any]) -> str:
+    """`resources.computeDomains.imex.mode` (the Go chart's spelling of HostManagedIMEX), "" when unset."""
+    imex = ((values.get("resources") or {}).get("computeDomains") or {}).get("imex") or {}
+    return str(imex.get("mode") or "")
+
+
+def gpu_clique_label_enabled(values: Mapping[str, Any]) -> bool:
+    """templates/_compat.tpl gpuCliqueLabelEnabled: the Go chart's kubeletPlugin.containers.computeDomains
+    name when set, else kubeletPlugin.gpuCliqueLabelEnabled."""
+    plugin = values.get("kubeletPlugin") or {}
+    container = (plugin.get("containers") or {}).get("computeDomains") or {}
+    if "gpuCliqueLabelEnabled" in container:
+        return bool(container["gpuCliqueLabelEnabled"])
+    return bool(plugin.get("gpuCliqueLabelEnabled"))
+
+
+def plugin_node_labels(values: Mapping[str, Any]) -> list[str]:
+    """The Node labels the kubelet plugin may write (templates/admission-policies.yaml)."""
+    labels = [] if feature_gates(values)["HostManagedIMEX"] else ["resource.nvidia.com/computeDomain"]
+    return labels + (["nvidia.com/gpu.clique"] if gpu_clique_label_enabled(values) else [])
+
+
+def _check_imex_mode(values: Mapping[str, Any]) -> None:
+    """templates/upstream-compat.yaml's rules for the two spellings of host-managed IMEX."""
+    mode, configured = imex_mode(values), values.get("featureGates") or {}
+    if (
+        mode
+        and "HostManagedIMEX" in configured
+        and (mode == "hostManaged") != bool(configured["HostManagedIMEX"])
+    ):
+        raise ChartValuesError(
+            f"resources.computeDomains.imex.mode={mode} conflicts with featureGates.HostManagedIMEX: they "
+            "are two spellings of one setting; set only one (see docs/upgrade-from-nvidia.md)"
+        )
+    if mode == "hostManaged" and not (
+        configured.get("HostManagedIMEXDaemon") or configured.get("HostManagedIMEX")
+    ):
+        raise ChartValuesError(
+            "resources.computeDomains.imex.mode=hostManaged requires featureGates.HostManagedIMEXDaemon=true "
+            "(see docs/upgrade-from-nvidia.md)"
+        )
+
+
 def feature_gates(values: Mapping[str, Any]) -> dict[str, bool]:
-    """Effective gates of merged values: defaults, then `featureGates`, then HostManagedIMEX's overrides."""
+    """Effective gates of merged values: defaults, then `featureGates`, then the IMEX mode (the Go chart's
+    spelling of HostManagedIMEX), then HostManagedIMEX's overrides."""
     configured = values.get("featureGates") or {}
     gates = {name: bool(configured.get(name, default)) for name, default in GATE_DEFAULTS.items()}
+    if imex_mode(values):
+        gates["HostManagedIMEX"] = imex_mode(values) == "hostManaged"
     if gates["HostManagedIMEX"]:
         for name in _HOST_MANAGED_FORCES_OFF:
             gates[name] = False
@@ -291,7 +339,9 @@ def admission_policies(
     }
     if not host_managed and channel_isolation(merged):  # the shared IMEX daemon, held as the daemons are
         accounts["daemon"].append(f"system:serviceaccount:{namespace}:{shared_daemon_name(fullname)}")
+    node_labels = plugin_node_labels(merged)
     constants = {
+        "pluginNodeLabels": _cel_json(node_labels),
         "controllerUser": _cel_json(accounts["controller"][0]),
         "claimControllers": _cel_json(list(CLAIM_CONTROLLER_USERS)),
         "hostManaged": "true" if host_managed else "false",
@@ -303,8 +353,10 @@ def admission_policies(
         raise ChartError(f"{directory / 'files' / 'admission-policies.yaml'}: not a list")
     objects: list[dict[str, Any]] = []
     for entry in entries:
-        if (entry.get("driverManagedOnly") and host_managed) or (
-            entry.get("admission") and not admission_enabled
+        if (
+            (entry.get("driverManagedOnly") and host_managed)
+            or (entry.get("pluginNodeLabelsOnly") and not node_labels)
+            or (entry.get("admission") and not admission_enabled)
         ):
             continue
         name = f"{entry['name']}-policy-{fullname}"
@@ -368,9 +420,15 @@ def collector_service_account(
 def http_ports(values: Mapping[str, Any] | None = None, *, chart: Path | None = None) -> dict[str, int]:
     """The container port of each component's HTTP server (metrics, health, event log)."""
     merged = merged_values(values, chart=_resolve(chart))
+
+    def port(component: Mapping[str, Any], endpoint_key: str) -> int:
+        # templates/_compat.tpl: the Go chart's "<host>:<port>" endpoint when set, else httpPort
+        endpoint = str((component.get("metrics") or {}).get(endpoint_key) or "")
+        return int(endpoint.rpartition(":")[2]) if endpoint else int(component["httpPort"])
+
     return {
-        "controller": int(merged["controller"]["httpPort"]),
-        "kubelet-plugin": int(merged["kubeletPlugin"]["httpPort"]),
+        "controller": port(merged["controller"], "httpEndpoint"),
+        "kubelet-plugin": port(merged["kubeletPlugin"], "computeDomainHttpEndpoint"),
     }
 
 

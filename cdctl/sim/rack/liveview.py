@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cdctl.api.shareddaemon import SHARED_DIR
+from cdctl.invocation import cdctl_command, on_path_hint
 from cdctl.sim.rack.checks import WorkerState
 from cdctl.sim.rack.launch import Rack
 from cdctl.sim.rack.scenario import Progress, ScenarioReport
@@ -175,12 +176,19 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
         lines.append(Text(f"  IMEX daemons ({len(daemon_logs)}): {pattern} ({kept})"))
     lines.append(Text(f"  process logs: {rack.logs_dir}"))
     first_plugin = plugin_logs[0] if plugin_logs else rack.controller_db
-    at = report.formed_at.isoformat(timespec="seconds") if report.formed_at else "15m"
+    at = report.formed_at.isoformat() if report.formed_at else "15m"  # to the microsecond: the formed state
     query = "SELECT name, node, kind, state, requested_at, prepared_at, unprepared_at FROM claim_lifecycle"
     lines.append(Text("explore them:", style="bold"))
-    lines.append(Text(f"  cdctl events --db {shlex.quote(str(rack.controller_db))} --stream 'domain/*'"))
-    lines.append(Text(f"  cdctl sql --db {shlex.quote(str(first_plugin))} {shlex.quote(query)}"))
-    lines.append(Text(f"  cdctl replay --db {shlex.quote(str(first_plugin))} --at {at}"))
+    cdctl = cdctl_command()
+    for command in (
+        f"{cdctl} events --db {shlex.quote(str(rack.controller_db))} --stream 'domain/*'",
+        f"{cdctl} sql --db {shlex.quote(str(first_plugin))} {shlex.quote(query)}",
+        f"{cdctl} replay --db {shlex.quote(str(first_plugin))} --at {at}",
+    ):
+        lines.append(Text(f"  {command}"))
+    hint = on_path_hint()
+    if hint:
+        lines.append(Text(f"  {hint}"))
     if report.isolation is not None:
         lines.append(Text("IMEX channels (what each domain's workers hold, by clique):", style="bold"))
         lines += [Text(f"  {line}") for line in report.isolation.lines()]
@@ -192,7 +200,7 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
         )
         lines.append(
             Text(
-                f"  assignments: cdctl sql --db {shlex.quote(str(rack.controller_db))} "
+                f"  assignments: {cdctl} sql --db {shlex.quote(str(rack.controller_db))} "
                 f"{shlex.quote('SELECT * FROM channel_assignments')}"
             )
         )

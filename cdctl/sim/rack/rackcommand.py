@@ -13,6 +13,7 @@ Called by cdctl.cli.sim.
 from __future__ import annotations
 
 import asyncio
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from rich.console import Console
 
 from cdctl.api.isolation import ImexIsolation
 from cdctl.domain.racks import rack_domain_name
+from cdctl.invocation import cdctl_command
 from cdctl.sim.node.topology import GPUS_PER_NODE, build_topology
 from cdctl.sim.rack.launch import Rack, RackStartError
 from cdctl.sim.rack.liveview import LiveView, summary
@@ -171,7 +173,8 @@ def run_rack_command(
         console.print(f"cdctl sim rack: the rack did not start: {failure}", style="red")
         console.print(f"process logs: {rack.logs_dir}")
         return 1
-    console.print(summary(rack, report))
+    console.print(summary(rack, report), soft_wrap=True)  # a command copied from it runs as printed
     if rack_domains:
-        console.print(f"rack domain decisions: cdctl events --db {rack.controller_db} --stream 'rack/*'")
+        command = f"{cdctl_command()} events --db {shlex.quote(str(rack.controller_db))} --stream 'rack/*'"
+        console.print(f"rack domain decisions: {command}", soft_wrap=True)
     return 0 if report.ok else 1

@@ -77,16 +77,21 @@ compute-domain-daemon-service-account
 
 {{/*
 The effective value ("true"/"false") of one feature gate; call with (dict "root" $ "gate" "HostManagedIMEX").
-HostManagedIMEX forces IMEXDaemonsWithDNSNames and ComputeDomainCliques off, as the components do.
+HostManagedIMEX (spelled either way, "cdctl.hostManagedMode") forces IMEXDaemonsWithDNSNames and
+ComputeDomainCliques off, as the components do.
 */}}
 {{- define "cdctl.gate" -}}
 {{- $defaults := dict "IMEXDaemonsWithDNSNames" true "ComputeDomainCliques" true "CrashOnNVLinkFabricErrors" true "HostManagedIMEX" false -}}
 {{- $gates := .root.Values.featureGates -}}
+{{- $hostManaged := eq (include "cdctl.hostManagedMode" .root) "true" -}}
 {{- $value := index $defaults .gate -}}
 {{- if hasKey $gates .gate -}}
 {{- $value = index $gates .gate -}}
 {{- end -}}
-{{- if and (has .gate (list "IMEXDaemonsWithDNSNames" "ComputeDomainCliques")) (index $gates "HostManagedIMEX") -}}
+{{- if eq .gate "HostManagedIMEX" -}}
+{{- $value = $hostManaged -}}
+{{- end -}}
+{{- if and (has .gate (list "IMEXDaemonsWithDNSNames" "ComputeDomainCliques")) $hostManaged -}}
 {{- $value = false -}}
 {{- end -}}
 {{- ternary "true" "false" $value -}}
@@ -133,7 +138,7 @@ system:serviceaccount:kube-system:resource-claim-controller,system:kube-controll
 {{/* The resource.k8s.io version of DeviceClasses: resourceApiVersion, else the newest the cluster serves. */}}
 {{- define "cdctl.resourceApiVersion" -}}
 {{- if .Values.resourceApiVersion -}}
-{{- printf "resource.k8s.io/%s" .Values.resourceApiVersion -}}
+{{- printf "resource.k8s.io/%s" (.Values.resourceApiVersion | trimPrefix "resource.k8s.io/") -}}
 {{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1" -}}
 resource.k8s.io/v1
 {{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta2" -}}
@@ -145,7 +150,8 @@ resource.k8s.io/v1beta1
 
 {{/* The kubelet plugin's data directory on the host (DRA socket, event log, per-domain IMEX directories). */}}
 {{- define "cdctl.pluginDataDirectory" -}}
-{{- printf "%s/compute-domain.nvidia.com" (trimSuffix "/" .Values.kubeletPluginsDirectoryPath) -}}
+{{- $c := include "cdctl.compat" . | fromYaml -}}
+{{- printf "%s/compute-domain.nvidia.com" (trimSuffix "/" $c.kubeletPluginsDirectoryPath) -}}
 {{- end -}}
 
 {{/* CD_DAEMON_IMAGE_PULL_SECRET_NAMES: the imagePullSecrets names joined by commas. */}}
@@ -163,4 +169,27 @@ resource.k8s.io/v1beta1
 {{- end -}}
 {{- define "cdctl.eventLogKeyDir" -}}
 /etc/cdctl/event-log-key
+{{- end -}}
+
+{{/*
+The controller pods' affinity: controller.affinity, plus (with more than one replica, unless it sets its own)
+a pod anti-affinity on kubernetes.io/hostname, preferred ("soft") or required ("hard"), so that one node's loss
+does not take every replica.
+*/}}
+{{- define "cdctl.controllerAffinity" -}}
+{{- $affinity := deepCopy (.Values.controller.affinity | default dict) -}}
+{{- $mode := .Values.controller.podAntiAffinity -}}
+{{- if and (gt (int .Values.controller.replicas) 1) $mode (not (hasKey $affinity "podAntiAffinity")) -}}
+{{- $selector := include "cdctl.selectorLabels" (dict "root" . "component" "controller") | fromYaml -}}
+{{- $term := dict "labelSelector" (dict "matchLabels" $selector) "topologyKey" "kubernetes.io/hostname" -}}
+{{- if eq $mode "hard" -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- else -}}
+{{- $weighted := dict "weight" 100 "podAffinityTerm" $term -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list $weighted)) -}}
+{{- end -}}
+{{- end -}}
+{{- if $affinity -}}
+{{- toYaml $affinity -}}
+{{- end -}}
 {{- end -}}

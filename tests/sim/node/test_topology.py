@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
-from cdctl.plugin.nvml import discover_clique, fake_from_spec
+from cdctl.plugin.nvml import FileDeviceLib, discover_clique, fake_from_spec
 from cdctl.sim.node.topology import FabricState, NodeDeviceLib, build_topology
 
 
@@ -52,3 +53,27 @@ def test_fake_nvml_spec_round_trips_through_the_plugin_flag_parser() -> None:
     assert fake_from_spec(node.fake_nvml_spec()).state == int(FabricState.IN_PROGRESS)
     node.fabric_state = FabricState.NOT_SUPPORTED
     assert fake_from_spec(node.fake_nvml_spec()).cluster_uuid is None
+
+
+def test_a_node_moves_to_another_clique_through_its_spec_file(tmp_path: Path) -> None:
+    """A Fabric Manager repartition: the running plugin's `--fake-nvml @FILE` sees the new clique."""
+    topology = build_topology(racks=1, nodes_per_rack=2)
+    node = topology.rack(0)[0]
+    spec = node.write_nvml_spec(tmp_path / "fake-nvml")
+    lib = FileDeviceLib(spec)
+    before = discover_clique(lib.probe(), strict=True).clique_id
+    topology.set_clique(node.name, 7)
+    after = discover_clique(lib.probe(), strict=True).clique_id
+    assert before != after == f"{node.cluster_uuid}.7" == node.clique_id
+    assert NodeDeviceLib(topology, node.name).probe()[0].info.clique_id == 7  # type: ignore[union-attr]
+
+
+def test_a_single_node_system_in_progress_reads_as_no_clique(tmp_path: Path) -> None:
+    topology = build_topology(racks=1, nodes_per_rack=1)
+    node = next(iter(topology.nodes.values()))
+    node.single_node = True
+    topology.set_fabric_state(node.name, FabricState.IN_PROGRESS)
+    for lib in (FileDeviceLib(node.write_nvml_spec(tmp_path / "spec")), NodeDeviceLib(topology, node.name)):
+        assert lib.single_node_fabric()
+        found = discover_clique(lib.probe(), strict=True, single_node=lib.single_node_fabric())
+        assert found.ready and found.clique_id == ""
