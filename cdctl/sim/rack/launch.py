@@ -161,7 +161,7 @@ class Rack:
             kubelet.poke()
 
     def _is_daemon_pod(self, pod: dict[str, Any]) -> bool:
-        return not self.settings.host_managed and self.runtime.is_daemon_pod(pod)
+        return not self.settings.host_managed and self.runtime.runs(pod)
 
     # ---- start ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
