@@ -23,6 +23,12 @@ CHANNEL_ISOLATION_DEVICE_CLASS = "compute-domain-channel.nvidia.com"
 # CRD would prune it, so `channel` isolation needs our CRDs.
 CLIQUE_CHANNEL_FIELD = "imexChannel"
 
+# The Node label that names a node's NVLink clique (GPU Feature Discovery sets it to NVML's
+# `<cluster uuid>.<clique id>`, the id the kubelet plugin reads itself): the controller assigns a domain's
+# channel in the clique of the node each of its claims is allocated to, before any Prepare (a ResourceSlice
+# carries no clique: the Go driver's channel devices have only `type` and `id`).
+CLIQUE_NODE_LABEL = "nvidia.com/gpu.clique"
+
 # Slurm's switch/nvidia_imex limit; channel 0 is never handed out under `channel` isolation.
 DEFAULT_CHANNEL_COUNT = 2048
 MIN_CHANNEL_COUNT = 2

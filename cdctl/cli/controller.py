@@ -25,6 +25,7 @@ import click
 from click.decorators import FC
 
 from cdctl.api.gates import parse_feature_gates
+from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, parse_channel_count, parse_isolation
 from cdctl.cli.logs import configure_logging
 from cdctl.cli.retention import policy, retention_options
 from cdctl.controller.app import run_controller
@@ -119,6 +120,21 @@ async def serve(settings: ControllerSettings) -> None:
     show_default=True,
     type=click.IntRange(min=1),
     help="Daemons per clique (indices 0..N-1); 18 = GB200/GB300 NVL limit.",
+)
+@option(
+    "--imex-isolation",
+    envvar="IMEX_ISOLATION",
+    default="domain",
+    show_default=True,
+    help="domain: one IMEX domain per ComputeDomain; channel: one per NVLink clique, shared, with an IMEX"
+    " channel per ComputeDomain (docs/channel-isolation.md).",
+)
+@option(
+    "--imex-channel-count",
+    envvar="IMEX_CHANNEL_COUNT",
+    default=str(DEFAULT_CHANNEL_COUNT),
+    show_default=True,
+    help="Channels per IMEX domain under channel isolation (channel 0 is never handed out).",
 )
 @option(
     "--http-endpoint",
@@ -347,4 +363,6 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         rack_label=validate_rack_label(str(options["rack_label"])),
         rack_domain_namespace=str(options["rack_domain_namespace"]),
         rack_domain_name_pattern=validate_name_pattern(str(options["rack_domain_name"])),
+        imex_isolation=parse_isolation(str(options["imex_isolation"] or ""), field="--imex-isolation"),
+        imex_channel_count=parse_channel_count(str(options["imex_channel_count"])),
     )

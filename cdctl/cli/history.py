@@ -184,7 +184,8 @@ def _emit_lines(lines: list[Line], as_json: bool, with_source: bool) -> None:
 def sql(db: Path, statement: str, as_json: bool) -> None:
     """Run one read-only SQL statement (the file is opened read-only; writes are refused).
 
-    Views: claim_lifecycle, channel_allocations, checkpoint_transitions, domain_history, and events; in a
+    Views: claim_lifecycle, channel_allocations, checkpoint_transitions, domain_history, channel_assignments
+    (the controller's IMEX channels under channel isolation), and events; in a
     collected file each has a `source` column, and `sources`, `ranges`, `fetches` and `collections` say what
     was collected.
     """

@@ -4,8 +4,8 @@
 `LeadershipLost` when the lease is lost so the command exits non-zero and Kubernetes restarts a clean pod.
 With leader election, a replica follows the cluster into its own log from the start (a warm standby) and
 reconciles once it holds the Lease (cdctl.controller.manager). With a log file of its own it runs the
-retention loop over it (cdctl.projections.retention), keeping the domain view and domain_history at each
-compaction's horizon.
+retention loop over it (cdctl.projections.retention), keeping the domain view, the channel view and
+domain_history at each compaction's horizon.
 Called by cdctl.cli.controller; integration tests call it with a kubeconfig for the simulated cluster.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import structlog
 
+from cdctl.controller.channelview import ChannelProjection
 from cdctl.controller.http import HttpEndpoint
 from cdctl.controller.leader import LeaderElector, check_durations, identity_for
 from cdctl.controller.manager import ControllerManager
@@ -85,7 +86,7 @@ async def run_controller(
             log.info("event log opened", path=settings.db_path, chain=own_store.scheme.name,
                      head=own_store.chain_head()[0], checked=own_store.checked_at_open)  # fmt: skip
             loop = Retention(
-                own_store, settings.retention, [DomainHistory(), DomainProjection()],
+                own_store, settings.retention, [DomainHistory(), DomainProjection(), ChannelProjection()],
                 actor=Actor("controller", pod=settings.pod_name), interval_s=settings.retention_interval_s,
             )  # fmt: skip
             retention = asyncio.create_task(loop.run(), name="retention")

@@ -118,13 +118,14 @@ class Cliques:
     async def _write(
         self, uid: str, namespace: str, clique_id: str, entries: tuple[DaemonEntry, ...]
     ) -> None:
+        await self.put(uid, namespace, clique_id, {"daemons": [e.to_clique_json() for e in entries]})
+
+    async def put(self, uid: str, namespace: str, clique_id: str, fields: JsonObject) -> None:
+        """Create the (domain, clique) object with `fields`, or set them on the one that exists."""
         name = clique_name(uid, clique_id)
-        daemons = [e.to_clique_json() for e in entries]
         cached = self.ctx.journal.cached(COMPUTE_DOMAIN_CLIQUES, namespace, name)
         if cached is not None:
-            await self.ctx.actions.replace(
-                uid, "update-clique", COMPUTE_DOMAIN_CLIQUES, {**cached, "daemons": daemons}
-            )
+            await self.ctx.actions.replace(uid, "update-clique", COMPUTE_DOMAIN_CLIQUES, {**cached, **fields})
             return
         body = {
             "apiVersion": COMPUTE_DOMAIN_CLIQUES.api_version,
@@ -134,13 +135,14 @@ class Cliques:
                 "namespace": namespace,
                 "labels": {LABEL_COMPUTE_DOMAIN: uid, LABEL_CLIQUE_ID: clique_id},
             },
-            "daemons": daemons,
+            "daemons": [],
+            **fields,
         }
         if await self.ctx.actions.create(uid, COMPUTE_DOMAIN_CLIQUES, body) is None:
             current = await self.ctx.actions.get(COMPUTE_DOMAIN_CLIQUES, namespace, name)
             if current is not None:
                 await self.ctx.actions.replace(
-                    uid, "update-clique", COMPUTE_DOMAIN_CLIQUES, {**current, "daemons": daemons}
+                    uid, "update-clique", COMPUTE_DOMAIN_CLIQUES, {**current, **fields}
                 )
 
     async def _assign_in_status(

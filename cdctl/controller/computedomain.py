@@ -11,7 +11,11 @@ sweep) gets the same teardown without the last step. Under HostManagedIMEX the h
 IMEX domain: a live domain gets its finalizer, the workload template and `status.status=Ready` (admitted,
 nothing more); teardown deletes the workload template, removes its finalizer, waits until it is gone and
 removes the domain's finalizer (no DaemonSets, daemon templates, node labels or cliques exist to touch; the
-metrics read the view, so a domain that left it is forgotten). Called by the work queue of
+metrics read the view, so a domain that left it is forgotten). Under `channel` isolation (shared IMEX
+domains, cdctl.controller.channels) a live domain gets its finalizer, the workload template, a channel in each
+clique of its allocated claims and its status; teardown is HostManagedIMEX's plus the release of its channels
+where none of its claims is allocated any more (a domain gone keeps the others until its claims go, as an
+orphan the sweep and its claims' changes bring back). Called by the work queue of
 cdctl.controller.manager with the domain's uid.
 """
 
@@ -22,6 +26,7 @@ from typing import Any
 import structlog
 
 from cdctl.controller.actions import WRITES
+from cdctl.controller.channels import REASON_EXHAUSTED, Channels
 from cdctl.controller.clique import Cliques
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.daemonset import DaemonSets
@@ -41,10 +46,15 @@ from cdctl.k8s.resources import COMPUTE_DOMAINS
 log = structlog.get_logger(__name__)
 JsonObject = dict[str, Any]
 STILL_EXISTS_RETRY_S = 1.0
+EXHAUSTED_RETRY_S = 10.0
 
 
 class StillExists(RetriableError):
     """Teardown waits for objects whose deletion was requested to disappear."""
+
+
+class ChannelsExhausted(RetriableError):
+    """`channel` isolation: every channel of a clique of the domain's claims is held; the domain waits."""
 
 
 class ComputeDomainReconciler:
@@ -55,6 +65,7 @@ class ComputeDomainReconciler:
         self.cliques = Cliques(ctx)
         self.node_labels = NodeLabels(ctx)
         self.status = Status(ctx)
+        self.channels = Channels(ctx, self.cliques)
 
     async def reconcile(self, uid: str) -> None:
         state = self.ctx.view.domain(uid)
@@ -77,7 +88,7 @@ class ComputeDomainReconciler:
         self, uid: str, state: DomainState, cd_summary: ComputeDomainObserved | None
     ) -> None:
         if cd_summary is None:
-            if not state.empty:
+            if not state.empty or self.channels.holds(uid):
                 log.info("tearing down the objects of a ComputeDomain that no longer exists")
                 await self.teardown(state, None)
             return
@@ -101,6 +112,9 @@ class ComputeDomainReconciler:
                 True,
             )
             cd = self._fresh(state, cd)
+        if self.ctx.settings.channel_isolation:
+            await self._apply_channel(state, cd)
+            return
         if not self.ctx.settings.driver_managed_daemons:
             await self.templates.ensure_workload(state, cd)
             await self.status.write_admitted(state, self._fresh(state, cd))
@@ -117,6 +131,20 @@ class ComputeDomainReconciler:
         if conflict is not None:
             raise conflict
 
+    async def _apply_channel(self, state: DomainState, cd: JsonObject) -> None:
+        """`channel` isolation: the workload template, a channel in each clique of its claims, status."""
+        conflict: ClaimTemplateConflict | None = None
+        try:
+            await self.templates.ensure_workload(state, cd)
+        except ClaimTemplateConflict as exc:
+            conflict = exc
+        channels = await self.channels.sync(state, cd)
+        await self.status.write_channels(state, self._fresh(state, cd), channels)
+        if conflict is not None:
+            raise conflict
+        if channels.reason == REASON_EXHAUSTED:  # a release wakes it at once; this covers one not seen here
+            raise ChannelsExhausted(channels.message, delay=EXHAUSTED_RETRY_S)
+
     def _fresh(self, state: DomainState, cd: JsonObject) -> JsonObject:
         meta = cd["metadata"]
         cached = self.ctx.journal.cached(COMPUTE_DOMAINS, meta["namespace"], meta["name"])
@@ -124,8 +152,8 @@ class ComputeDomainReconciler:
 
     async def teardown(self, state: DomainState, cd: JsonObject | None) -> None:
         """The reference's delete flow; the view is read again after each step that wrote."""
-        if not self.ctx.settings.driver_managed_daemons:
-            await self._teardown_host_managed(state, cd)
+        if not self.ctx.settings.per_domain_daemons:
+            await self._teardown_shared(state, cd)
             return
         uid = state.uid
         async with self.ctx.actions.pipelined():
@@ -144,14 +172,18 @@ class ComputeDomainReconciler:
             await self.cliques.delete_all(state)
             await self._release(state, cd)
 
-    async def _teardown_host_managed(self, state: DomainState, cd: JsonObject | None) -> None:
-        """HostManagedIMEX: only the workload template was made, so only it is deleted and waited for."""
+    async def _teardown_shared(self, state: DomainState, cd: JsonObject | None) -> None:
+        """HostManagedIMEX or `channel` isolation: only the workload template was made, so only it is
+        deleted and waited for; under `channel` the domain's channels are released in the cliques where none
+        of its claims is allocated any more (the others when those claims go: the domain does not wait)."""
         uid = state.uid
         await self.templates.delete(state, TARGET_WORKLOAD)
         state = self.ctx.view.domain(uid)
         await self.templates.remove_finalizers(state, TARGET_WORKLOAD)
         state = self.ctx.view.domain(uid)
         self._assert_gone(self.templates.remaining(state, TARGET_WORKLOAD), "workload ResourceClaimTemplate")
+        if self.ctx.settings.channel_isolation:
+            await self.channels.release_gone(state)
         await self._release(state, cd)
 
     async def _release(self, state: DomainState, cd: JsonObject | None) -> None:

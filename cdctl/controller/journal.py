@@ -26,13 +26,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdctl.controller.channelview import ChannelBook, ChannelProjection
 from cdctl.controller.observations import domain_uid_of, kept_form, to_event
 from cdctl.controller.view import OBSERVATIONS, DomainProjection, DomainView
 from cdctl.domain.computedomains import domain_stream
 from cdctl.domain.events import Actor, DomainEvent, NewEvent, ObservedVersion, RecordedEvent
 from cdctl.k8s.informer import Change, Observation, is_stale
 from cdctl.k8s.resources import ResourceType
-from cdctl.projections.base import Key, Row
+from cdctl.projections.base import Key, Projection, Row
 from cdctl.projections.lifecycle import DomainHistory
 from cdctl.projections.runner import ProjectionRunner, fold_into
 from cdctl.projections.sinks import SqliteSink, encode_snapshot
@@ -64,6 +65,10 @@ class Journal:
         self.projection = DomainProjection()
         self.rows: dict[Key, Row] = {}
         self.view = DomainView(lambda: self.rows)
+        # Under channel isolation: per clique, who holds which channel (empty otherwise: nothing to fold).
+        self.channel_projection = ChannelProjection()
+        self.channel_rows: dict[Key, Row] = {}
+        self.channels = ChannelBook(lambda: self.channel_rows)
         # The queryable history of the log file (`cdctl sql`, `cdctl verify`), kept by the shared runner.
         self._sink = SqliteSink(self.store) if isinstance(self.store, SqliteEventStore) else None
         self._snapshot_at = 0
@@ -85,23 +90,37 @@ class Journal:
         self.replayed = 0
 
     async def replay(self) -> int:
-        """Rebuild the projection before the informers' first listing: the latest snapshot, then the log after
-        it. Returns the log position reached."""
-        position = 0
+        """Rebuild the projections before the informers' first listing: each from its latest snapshot, then
+        the log after it. Returns the log position reached."""
         if self.history is not None:
             await self.history.start()
-        if self._sink is not None:
-            tracked = (await self._sink.load_positions()).get(self.projection.name, 0)
-            snapshot = await self._sink.load_snapshot(self.projection.name, tracked)
-            if snapshot is not None:
-                position, rows = snapshot
-                self.rows.clear()
-                self.rows.update(rows)
-                self.from_snapshot = position
+        starts = {}
+        for projection, rows in self._projections():
+            starts[projection.name] = await self._restore(projection, rows)
+        self.from_snapshot = starts[self.projection.name]
+        position = min(starts.values())
         while events := await self.store.read_all(after=position, limit=5000):
-            fold_into(self.projection, self.rows, events)
+            for projection, rows in self._projections():
+                start = starts[projection.name]
+                fold_into(projection, rows, [e for e in events if e.position > start] if start else events)
             position = events[-1].position
-        self.replayed = self._snapshot_at = position
+        self.replayed = self._snapshot_at = max(position, *starts.values())
+        return self.replayed
+
+    def _projections(self) -> list[tuple[Projection, dict[Key, Row]]]:
+        return [(self.projection, self.rows), (self.channel_projection, self.channel_rows)]
+
+    async def _restore(self, projection: Projection, rows: dict[Key, Row]) -> int:
+        """Load `projection`'s latest snapshot into `rows`; the position it stands for (0: none)."""
+        if self._sink is None:
+            return 0
+        tracked = (await self._sink.load_positions()).get(projection.name, 0)
+        snapshot = await self._sink.load_snapshot(projection.name, tracked)
+        if snapshot is None:
+            return 0
+        position, restored = snapshot
+        rows.clear()
+        rows.update(restored)
         return position
 
     async def _snapshot_if_due(self, position: int) -> None:
@@ -109,8 +128,12 @@ class Journal:
         if self._sink is None or position // SNAPSHOT_EVERY <= self._snapshot_at // SNAPSHOT_EVERY:
             return
         self._snapshot_at = position
-        name = self.projection.name
-        await self._sink.commit([], {name: position}, {name: (position, encode_snapshot(self.rows))})
+        views = self._projections()
+        await self._sink.commit(
+            [],
+            {p.name: position for p, _ in views},
+            {p.name: (position, encode_snapshot(rows)) for p, rows in views},
+        )
 
     def cached(self, resource: ResourceType, namespace: str | None, name: str) -> JsonObject | None:
         """The last observed state of an object (the body a write starts from)."""
@@ -155,6 +178,10 @@ class Journal:
     async def record(self, domain_uid: str, events: Sequence[DomainEvent]) -> None:
         """Append the controller's own events (intentions, outcomes) to the domain's stream and fold them."""
         await self._append([(domain_uid, event, None) for event in events])
+
+    async def record_in(self, stream: str, events: Sequence[DomainEvent]) -> None:
+        """Append the controller's own events to a stream of no domain (`channels/<clique>`) and fold them."""
+        await self._append_streams({stream: [NewEvent.of(event, actor=self.actor) for event in events]})
 
     async def record_queued(self, domain_uid: str, events: Sequence[DomainEvent]) -> None:
         """`record`, in order behind what was queued before it (a write's outcome not waited for), in the
@@ -310,6 +337,9 @@ class Journal:
             streams.setdefault(domain_stream(uid), []).append(
                 NewEvent.of(event, actor=self.actor, observed=observed)
             )
+        await self._append_streams(streams)
+
+    async def _append_streams(self, streams: dict[str, list[NewEvent]]) -> None:
         self._last_append = asyncio.get_running_loop().time()
         written = await self.store.append_batch([StreamAppend(s, events) for s, events in streams.items()])
         self.recorded += len(written)
@@ -320,6 +350,7 @@ class Journal:
             if len(self._unrecorded) >= HISTORY_BATCH:
                 self._history_due.set()
         fold_into(self.projection, self.rows, written)
+        fold_into(self.channel_projection, self.channel_rows, written)
         if written:
             await self._snapshot_if_due(written[-1].position)
         changed = list(dict.fromkeys(e.stream[len("domain/") :] for e in written if e.type in OBSERVATIONS))

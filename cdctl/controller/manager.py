@@ -26,7 +26,9 @@ from typing import Any
 
 import structlog
 
+from cdctl.api.isolation import CLIQUE_NODE_LABEL
 from cdctl.controller.actions import Actions
+from cdctl.controller.channels import SHARED_DAEMON_SELECTOR
 from cdctl.controller.computedomain import ComputeDomainReconciler
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.http import HttpEndpoint
@@ -50,6 +52,7 @@ from cdctl.k8s.resources import (
     PODS,
     ResourceType,
     resource_claim_templates,
+    resource_claims,
 )
 from cdctl.k8s.rest import KubeApi
 from cdctl.store.base import EventStore
@@ -81,6 +84,8 @@ class ControllerManager:
             resource_version=resource_version,
         )
         self.reconciler = ComputeDomainReconciler(self.ctx)
+        self.reconciler.channels.wake = self.queue.add
+        self.metrics.channels_free = self.reconciler.channels.free_per_clique
         self.rack_domains = RackDomains(self.ctx) if settings.rack_domains else None
         self.informers = self._informers(resource_version)
         self.replayed = asyncio.Event()  # the log is folded into the view (before any watch)
@@ -109,6 +114,15 @@ class ControllerManager:
             informer(COMPUTE_DOMAINS),
             informer(resource_claim_templates(resource_version), selector=labelled),
         ]
+        if self.settings.channel_isolation:
+            # The domains' workload claims (where they are allocated), the nodes' cliques, the clique objects
+            # that publish the channels and, driver-managed, the chart's shared IMEX daemon pods.
+            informers.append(informer(resource_claims(resource_version), selector=labelled))
+            informers.append(informer(NODES, selector=CLIQUE_NODE_LABEL))
+            informers.append(informer(COMPUTE_DOMAIN_CLIQUES, self.settings.namespace, labelled))
+            if self.settings.driver_managed_daemons:
+                informers.append(informer(PODS, self.settings.namespace, SHARED_DAEMON_SELECTOR))
+            return informers
         if not self.settings.driver_managed_daemons:
             return informers  # HostManagedIMEX: no daemons, cliques or node labels (nor RBAC to watch them)
         informers.append(informer(NODES, selector=labelled))
@@ -128,6 +142,21 @@ class ControllerManager:
             self.queue.add_after(uid, self.settings.batch_window_s)
         else:
             self.queue.add(uid)
+
+    def _node_changed(self, observation: Observation) -> None:
+        """`channel` isolation: a node's clique label or its shared daemon changed (neither is labelled for a
+        domain): reconcile the domains with claims on that node, once the object cache has the change."""
+        if not self.leading:
+            return
+        obj = observation.obj
+        node = (
+            observation.name
+            if observation.resource.kind == NODES.kind
+            else (obj.get("spec") or {}).get("nodeName")
+        )
+        if node:
+            for uid in self.reconciler.channels.domains_on(str(node)):
+                self.queue.add_after(uid, max(self.settings.batch_window_s, 0.05))
 
     async def _reconcile(self, uid: str) -> None:
         if self.first_reconcile_at is None:
@@ -161,6 +190,8 @@ class ControllerManager:
         async for item in informer.observe():
             if isinstance(item, Observation):
                 self.journal.observe(item)
+                if self.settings.channel_isolation and item.resource.kind in (NODES.kind, PODS.kind):
+                    self._node_changed(item)
                 continue
             present = [str(obj.get("metadata", {}).get("uid", "")) for obj in informer.known()]
             self.journal.forget_missing(informer.resource, informer.namespace, present, item.resource_version)
@@ -245,6 +276,8 @@ class ControllerManager:
     async def _sweep(self) -> None:
         while True:
             for uid in self.view.uids():
+                self.queue.add(uid)
+            for uid in sorted(self.reconciler.channels.book.domains()):  # a domain gone, its channel held
                 self.queue.add(uid)
             await asyncio.sleep(self.settings.cleanup_interval_s)
 

@@ -2,14 +2,15 @@
 
 `nvidia_dra_compute_domain_info{status}` (the Go driver's name) counts ComputeDomains per global status and is
 computed from the view at scrape time, so a deleted domain leaves it without bookkeeping; only the replica
-that leads reports it (`cdctl_controller_leader` says which one does). Reconcile counts,
-durations and errors come from the work queue's outcomes; queue depth and recorded events are read live.
-Served by cdctl.controller.http; fed by cdctl.controller.manager.
+that leads reports it (`cdctl_controller_leader` says which one does), as it does
+`cdctl_imex_channels_free{clique}` under `channel` isolation (read from the channel view at scrape time).
+Reconcile counts, durations and errors come from the work queue's outcomes; queue depth and recorded events
+are read live. Served by cdctl.controller.http; fed by cdctl.controller.manager.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -21,10 +22,17 @@ from cdctl.domain.computedomains import STATUS_NOT_READY, STATUS_READY
 
 
 class _LiveCollector(Collector):
-    def __init__(self, view: DomainView, queue_depth: Callable[[], int], leading: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        view: DomainView,
+        queue_depth: Callable[[], int],
+        leading: Callable[[], bool],
+        channels_free: Callable[[], Iterable[tuple[str, int]]],
+    ) -> None:
         self.view = view
         self.queue_depth = queue_depth
         self.leading = leading
+        self.channels_free = channels_free
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         leading = self.leading()
@@ -48,6 +56,15 @@ class _LiveCollector(Collector):
         depth = GaugeMetricFamily("cdctl_controller_queue_depth", "ComputeDomains waiting to be reconciled")
         depth.add_metric([], self.queue_depth())
         yield depth
+        free = GaugeMetricFamily(
+            "cdctl_imex_channels_free",
+            "IMEX channels no ComputeDomain holds, per clique (channel isolation; channel 0 not counted)",
+            labels=["clique"],
+        )
+        if leading:
+            for clique, count in self.channels_free():
+                free.add_metric([clique], count)
+        yield free
 
 
 class ControllerMetrics:
@@ -73,7 +90,9 @@ class ControllerMetrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=self.registry,
         )
-        self.registry.register(_LiveCollector(view, queue_depth, leading))
+        # Set by the manager under `channel` isolation: (clique, free channels) of every clique seen.
+        self.channels_free: Callable[[], Iterable[tuple[str, int]]] = lambda: ()
+        self.registry.register(_LiveCollector(view, queue_depth, leading, lambda: self.channels_free()))
 
     def observe(self, outcome: Outcome) -> None:
         self.reconciles.labels(outcome.result).inc()

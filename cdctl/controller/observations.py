@@ -5,7 +5,7 @@ in the journal's object cache for request bodies): a ComputeDomain becomes `Comp
 labelled with a domain's uid a `DomainObjectObserved`. `kept_form` is what the controller keeps of an
 object at all (the informers' transform, and the journal's for a write's answer): never `managedFields`; of
 a DaemonSet not its spec (it is never written back: its finalizer goes by patch, see `PATCHED_FINALIZERS`);
-of a daemon pod only what `summarize` reads (pods are never written). Pure; called by
+of a daemon pod or a workload claim only what `summarize` reads (neither is ever written). Pure; called by
 cdctl.controller.journal and cdctl.controller.manager.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cdctl.api.isolation import CLIQUE_CHANNEL_FIELD
 from cdctl.domain.computedomains import (
     LABEL_CLIQUE_ID,
     LABEL_COMPUTE_DOMAIN,
@@ -31,6 +32,7 @@ KIND_CLAIM_TEMPLATE = "ResourceClaimTemplate"
 KIND_POD = "Pod"
 KIND_CLIQUE = "ComputeDomainClique"
 KIND_NODE = "Node"
+KIND_CLAIM = "ResourceClaim"
 
 
 # Kinds kept without their spec (see `kept_form`), whose finalizers are therefore set by a merge patch guarded
@@ -47,6 +49,12 @@ def kept_form(kind: str, obj: JsonObject) -> JsonObject:
         obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     if kind == KIND_DAEMON_SET:
         return {k: v for k, v in obj.items() if k != "spec"}
+    if kind == KIND_CLAIM:  # channel isolation: only where it is allocated is read (`allocated_node`)
+        allocation = (obj.get("status") or {}).get("allocation")
+        kept = {k: v for k, v in obj.items() if k not in ("spec", "status")}
+        where = {"nodeSelector": allocation.get("nodeSelector")} if allocation else None
+        kept["status"] = {"allocation": where} if where else {}
+        return kept
     if kind == KIND_POD:
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
         kept = {k: v for k, v in obj.items() if k not in ("spec", "status")}
@@ -106,12 +114,30 @@ def summarize(kind: str, obj: JsonObject) -> dict[str, Any]:
     if kind == KIND_NODE:
         return {**common, **node_readiness(obj)}
     if kind == KIND_CLIQUE:
-        return {
+        clique = {
             **common,
             "clique": str(labels.get(LABEL_CLIQUE_ID, "")),
             "daemons": list(obj.get("daemons") or []),
         }
+        if CLIQUE_CHANNEL_FIELD in obj:  # channel isolation: the domain's channel in this clique
+            clique[CLIQUE_CHANNEL_FIELD] = obj[CLIQUE_CHANNEL_FIELD]
+        return clique
+    if kind == KIND_CLAIM:
+        return {**common, "node": allocated_node(obj)}
     return common
+
+
+def allocated_node(claim: JsonObject) -> str:
+    """The node a ResourceClaim is allocated to ("" while it is not allocated): the one name its allocation's
+    node selector admits (a claim of node-local devices, as the scheduler writes it)."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+    for term in terms:
+        for field in (term or {}).get("matchFields") or []:
+            values = field.get("values") or []
+            if field.get("key") == "metadata.name" and field.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return ""
 
 
 def to_event(observation: Observation, domain_uid: str) -> DomainEvent:

@@ -55,8 +55,7 @@ from cdctl.domain.racks import (
 )
 from cdctl.k8s.errors import AlreadyExistsError, ConflictError, KubeApiError, NotFoundError
 from cdctl.k8s.informer import Change, Informer, Observation
-from cdctl.k8s.plugincluster import resource_claims
-from cdctl.k8s.resources import COMPUTE_DOMAINS, NODES
+from cdctl.k8s.resources import COMPUTE_DOMAINS, NODES, resource_claims
 
 log = structlog.get_logger(__name__)
 JsonObject = dict[str, Any]

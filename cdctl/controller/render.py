@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdctl.api.configs import API_VERSION, CHANNEL_CONFIG_KIND, DAEMON_CONFIG_KIND
+from cdctl.api.isolation import CHANNEL_ISOLATION_DEVICE_CLASS
 from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import (
     CHANNEL_DEVICE_CLASS,
@@ -80,8 +81,14 @@ def _claim_template(
     }
 
 
-def workload_claim_template(cd: JsonObject, resource_version: str) -> JsonObject:
-    """The channel template users reference: in the domain's namespace, named by the domain's spec."""
+def workload_claim_template(
+    cd: JsonObject, resource_version: str, *, channel_isolation: bool = False
+) -> JsonObject:
+    """The channel template users reference: in the domain's namespace, named by the domain's spec.
+
+    Under `channel` isolation it requests one device of the shared channel class, and every claim made from
+    it carries the domain's label (`spec.metadata.labels`): the controller follows those claims to assign
+    the domain a channel in each clique they are allocated in."""
     uid = domain_uid(cd)
     parameters: JsonObject = {"apiVersion": API_VERSION, "kind": CHANNEL_CONFIG_KIND, "domainID": uid}
     allocation_mode = cd.get("spec", {}).get("channel", {}).get("allocationMode")
@@ -93,9 +100,11 @@ def workload_claim_template(cd: JsonObject, resource_version: str) -> JsonObject
         uid,
         TARGET_WORKLOAD,
         "channel",
-        CHANNEL_DEVICE_CLASS,
+        CHANNEL_ISOLATION_DEVICE_CLASS if channel_isolation else CHANNEL_DEVICE_CLASS,
         parameters,
     )
+    if channel_isolation:
+        template["spec"]["metadata"] = {"labels": {LABEL_COMPUTE_DOMAIN: uid}}
     return convert_claim_template(template, resource_version)
 
 

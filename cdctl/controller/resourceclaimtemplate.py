@@ -58,7 +58,9 @@ class ClaimTemplates:
             raise RetriableError("the deleted workload ResourceClaimTemplate is still terminating", delay=1.0)
         if self.of_target(state, TARGET_WORKLOAD):
             return
-        desired = render.workload_claim_template(cd, self.ctx.resource_version)
+        desired = render.workload_claim_template(
+            cd, self.ctx.resource_version, channel_isolation=self.ctx.settings.channel_isolation
+        )
         if await self.ctx.actions.create(state.uid, self.ctx.claim_templates, desired) is not None:
             return
         namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]

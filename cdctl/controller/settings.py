@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cdctl.api.gates import FeatureGates, defaults
+from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, ImexIsolation
 from cdctl.domain.retention import RetentionPolicy
 
 
@@ -56,6 +57,10 @@ class ControllerSettings:
     rack_label: str = "nvidia.com/gpu.clique"  # the node label whose value names the rack
     rack_domain_namespace: str = "default"  # where rack domains (and their workloads' claims) live
     rack_domain_name_pattern: str = "{rack}"  # the domain name; {rack}: the label value made a DNS-1123 label
+    # `channel`: one IMEX domain per clique shared by many domains, each with its own channel
+    # (docs/channel-isolation.md); `domain`: one IMEX domain per ComputeDomain, as the Go driver.
+    imex_isolation: ImexIsolation = ImexIsolation.DOMAIN
+    imex_channel_count: int = DEFAULT_CHANNEL_COUNT  # channels per IMEX domain under `channel` (0 never used)
 
     @property
     def managed_namespaces(self) -> tuple[str, ...]:
@@ -70,6 +75,16 @@ class ControllerSettings:
     def driver_managed_daemons(self) -> bool:
         """Whether the controller runs per-domain IMEX daemons (not so under HostManagedIMEX)."""
         return not self.feature_gates.enabled("HostManagedIMEX")
+
+    @property
+    def channel_isolation(self) -> bool:
+        return self.imex_isolation is ImexIsolation.CHANNEL
+
+    @property
+    def per_domain_daemons(self) -> bool:
+        """Whether each ComputeDomain gets an IMEX DaemonSet, daemon template and node labels of its own:
+        driver-managed `domain` isolation only (under `channel` the chart's shared daemons serve all)."""
+        return self.driver_managed_daemons and not self.channel_isolation
 
     @property
     def controller_keeps_cliques(self) -> bool:

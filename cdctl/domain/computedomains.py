@@ -216,8 +216,9 @@ def desired_status(nodes: Sequence[DaemonEntry], num_nodes: int) -> dict[str, An
 def same_status(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
     """Whether writing `desired` would change nothing (nodes compared as a map name -> entry)."""
     current = current or {}
-    if current.get("status") != desired.get("status"):
-        return False
+    for key in ("status", "channels", "reason", "message"):  # the last three: `channel` isolation only
+        if current.get(key) != desired.get(key):
+            return False
 
     def by_name(nodes: Any) -> dict[str, DaemonEntry]:
         return {str(n.get("name")): DaemonEntry.from_status_json(n) for n in nodes or []}

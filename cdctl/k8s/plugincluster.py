@@ -51,8 +51,7 @@ from cdctl.k8s.resources import (
     COMPUTE_DOMAINS,
     NODES,
     PODS,
-    RESOURCE_GROUP,
-    ResourceType,
+    resource_claims,
 )
 from cdctl.k8s.rest import JsonObject, KubeApi
 
@@ -60,10 +59,6 @@ log = structlog.get_logger("cdctl.k8s.plugincluster")
 T = TypeVar("T")
 READY = "Ready"
 INFORMER_RESTART_S = 1.0
-
-
-def resource_claims(version: str) -> ResourceType:
-    return ResourceType(RESOURCE_GROUP, version, "resourceclaims", "ResourceClaim", True)
 
 
 def domain_info(obj: JsonObject) -> DomainInfo:

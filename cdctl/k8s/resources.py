@@ -58,3 +58,8 @@ RESOURCE_GROUP = "resource.k8s.io"
 def resource_claim_templates(version: str) -> ResourceType:
     """ResourceClaimTemplates in the resource.k8s.io version the cluster serves (see cdctl.k8s.discovery)."""
     return ResourceType(RESOURCE_GROUP, version, "resourceclaimtemplates", "ResourceClaimTemplate", True)
+
+
+def resource_claims(version: str) -> ResourceType:
+    """ResourceClaims in the resource.k8s.io version the cluster serves."""
+    return ResourceType(RESOURCE_GROUP, version, "resourceclaims", "ResourceClaim", True)

@@ -7,7 +7,7 @@
   uid then picks one.
 - `node/NAME`: the node's own streams (`node/NAME`, `plugin/NAME`), every event that names it, and in a
   collected file every event of that node's plugin and IMEX daemons.
-- a stream (`domain/<uid>`, `claim/<uid>`, ...) as it is, or a bare uid or node name.
+- a stream (`domain/<uid>`, `claim/<uid>`, `channels/<clique>`, ...) as it is, or a bare uid or node name.
 A domain's or claim's story is every stream that names its uid (the domain's own stream, its claims'
 streams, its daemons' streams), per source in a collected file: the controller's decisions, each plugin's
 prepares and each daemon's IMEX restarts, merged by recorded_at with the source of each line. Reads go
@@ -102,11 +102,16 @@ class EventSource:
 
     def naming(self, uid: str) -> tuple[str, list[Any]]:
         """Every stream (per source) that names `uid`: its own, and any with an event whose data has it as a
-        value."""
+        value; of a clique's channel stream (`channels/<clique>`, shared by every domain of the clique) only
+        the events that name it."""
         inner = (
             f"SELECT DISTINCT {self._pair.strip('()')} FROM events WHERE stream GLOB ? OR instr(data, ?) > 0"
         )
-        return f"{self._pair} IN ({inner})", [f"*/{uid}", f'"{uid}"']
+        condition = (
+            f"({self._pair} IN ({inner}) AND stream NOT GLOB 'channels/*')"
+            " OR (stream GLOB 'channels/*' AND instr(data, ?) > 0)"
+        )
+        return condition, [f"*/{uid}", f'"{uid}"', f'"{uid}"']
 
     async def uids(self, kind: str, namespace: str, name: str) -> list[Candidate]:
         if kind == "computedomain":

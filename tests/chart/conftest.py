@@ -42,8 +42,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "featureGates": {"HostManagedIMEX": True},
         "controller": {"rackDomains": {"enabled": True}},
     },
-    "channel-driver-managed": {"imex": {"isolation": "channel"}},
-    "channel-host-managed": {"imex": {"isolation": "channel"}, "featureGates": {"HostManagedIMEX": True}},
+    "channel-driver-managed": {
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}, "imexChannelCount": 64}}
+    },
+    "channel-host-managed": {
+        "featureGates": {"HostManagedIMEX": True},
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
+    },
 }
 
 

@@ -13,7 +13,7 @@ from cdctl.sim.controllers.celdevices import device_context, selectors_match
 from cdctl.sim.rack import chart as sim_chart
 from tests.chart.conftest import render_objects
 
-CHANNEL = {"imex": {"isolation": "channel"}}
+CHANNEL = {"resources": {"computeDomains": {"imex": {"isolation": "channel"}}}}
 OLD_DEVICES = [
     {"name": "channel-0", "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}},
     {"name": "daemon-0", "attributes": {"type": {"string": "daemon"}, "id": {"int": 0}}},
@@ -50,12 +50,22 @@ def test_domain_isolation_keeps_the_go_drivers_classes(helm_chart: hc.Chart) -> 
 
 
 def test_the_plugin_is_told_the_isolation_and_its_channel_capacity(helm_chart: hc.Chart) -> None:
-    values = {**CHANNEL, "kubeletPlugin": {"channelSlots": 6, "channelCapacity": "slots"}}
+    values = {
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}, "imexChannelCount": 16}},
+        "kubeletPlugin": {"channelSlots": 6, "channelCapacity": "slots"},
+    }
     env = _env(render_objects(helm_chart, values))
-    assert (env["IMEX_ISOLATION"], env["CHANNEL_SLOTS"], env["CHANNEL_CAPACITY"]) == ("channel", "6", "slots")
+    got = (env["IMEX_ISOLATION"], env["CHANNEL_SLOTS"], env["CHANNEL_CAPACITY"], env["IMEX_CHANNEL_COUNT"])
+    assert got == ("channel", "6", "slots", "16")
 
 
-@pytest.mark.parametrize("values", [{"kubeletPlugin": {"channelSlots": -1}}, {"imex": {"isolation": "rack"}}])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"kubeletPlugin": {"channelSlots": -1}},
+        {"resources": {"computeDomains": {"imex": {"isolation": "rack"}}}},
+    ],
+)
 def test_bad_values_are_refused(values: dict[str, Any]) -> None:
     with pytest.raises(sim_chart.ChartValuesError):
         sim_chart.merged_values(values)

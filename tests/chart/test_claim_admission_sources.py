@@ -177,14 +177,17 @@ def test_channel_isolation_refuses_all_channels_once_switched_on(
     isolating.write(domain("single", "Single"), user=TENANT)
 
 
-def test_the_hook_follows_imex_isolation(tmp_path: Path) -> None:
-    """Helm and the simulator's mirror both turn the constant on from `imex.isolation: channel` alone."""
-    chart = CHART_DIR
-    loaded = hc.Chart.load(chart)
+def test_the_hook_follows_imex_isolation() -> None:
+    """Helm and the simulator's mirror both turn the constant on from
+    `resources.computeDomains.imex.isolation: channel` alone, and leave it off for `domain` and by default."""
+    loaded = hc.Chart.load(CHART_DIR)
     try:
-        for isolation, expected in (("channel", "true"), ("domain", "false")):
-            values = {"imex": {"isolation": isolation}}
-            ours = sim_chart.admission_policies(values, namespace=NAMESPACE, chart=chart)
+        for values, expected in (
+            ({"resources": {"computeDomains": {"imex": {"isolation": "channel"}}}}, "true"),
+            ({"resources": {"computeDomains": {"imex": {"isolation": "domain"}}}}, "false"),
+            ({}, "false"),
+        ):
+            ours = sim_chart.admission_policies(values, namespace=NAMESPACE)
             helm = render_objects(loaded, values)
             for objects in (ours, helm):
                 constants = {
@@ -196,6 +199,8 @@ def test_the_hook_follows_imex_isolation(tmp_path: Path) -> None:
                 assert constants["channelIsolation"] == expected
     finally:
         loaded.close()
+    with pytest.raises(sim_chart.ChartValuesError):
+        sim_chart.merged_values({"resources": {"computeDomains": {"imex": {"isolation": "channels"}}}})
 
 
 # ---- what real installs write ----------------------------------------------------------------------------

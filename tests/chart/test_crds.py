@@ -52,6 +52,7 @@ def test_computedomain_crd_shape(crd_objects: dict[str, dict[str, Any]]) -> None
     assert columns == [
         ("Status", "string", ".status.status"),
         ("Nodes", "integer", ".spec.numNodes"),
+        ("Channels", "string", ".status.channels"),  # channel isolation (docs/channel-isolation.md)
         ("Age", "date", ".metadata.creationTimestamp"),
     ]
 

@@ -57,6 +57,7 @@ EXCEPTIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         # Rack domains (controller.rackDomains.enabled): the controller creates one ComputeDomain per rack,
         # deletes it when the rack is gone, and reads claims to keep a domain a workload still uses.
         ("resource.nvidia.com", "computedomains"): {"create", "delete"},
+        # Channel isolation: the workload claims say where each domain needs a channel.
         ("resource.k8s.io", "resourceclaims"): READ,
         # The Node label is removed by a patch of that label alone (the controller admission policy keeps it
         # so), not by an update of the whole Node.
@@ -164,6 +165,26 @@ def test_host_managed_mode_drops_everything_daemon_related(rendered: dict[str, l
         ("*", "", "events"): {"create", "patch"},
         ("*", "authentication.k8s.io", "tokenreviews"): {"create"},
     }
+
+
+def test_channel_isolation_grants_claims_nodes_and_cliques_and_no_daemonsets(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    common = {
+        ("*", "resource.nvidia.com", "computedomains"): READ | {"update"},
+        ("*", "resource.nvidia.com", "computedomains/status"): {"update"},
+        ("*", "resource.k8s.io", "resourceclaimtemplates"): CRUD,
+        ("*", "", "events"): {"create", "patch"},
+        ("*", "authentication.k8s.io", "tokenreviews"): {"create"},
+        ("*", "resource.k8s.io", "resourceclaims"): READ,
+        ("*", "", "nodes"): READ,  # the clique label; no per-domain node label to patch
+        (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): CRUD,
+    }
+    assert _grants(rendered["channel-driver-managed"])[CONTROLLER] == {
+        **common,
+        (NAMESPACE, "", "pods"): READ,
+    }
+    assert _grants(rendered["channel-host-managed"])[CONTROLLER] == common
 
 
 def test_leader_election_adds_only_the_lease_in_the_release_namespace(

@@ -99,6 +99,14 @@ def test_default_render_holds_the_expected_objects(rendered: dict[str, list[dict
             assert obj["metadata"]["namespace"] == NAMESPACE
 
 
+def test_channel_isolation_reaches_the_controller(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (container,) = one(rendered["channel-driver-managed"], "StatefulSet")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    env = env_of(container)
+    assert (env["IMEX_ISOLATION"], env["IMEX_CHANNEL_COUNT"]) == ("channel", "64")
+
+
 def test_controller_statefulset(rendered: dict[str, list[dict[str, Any]]]) -> None:
     controller = one(rendered["default"], "StatefulSet")
     pod = controller["spec"]["template"]["spec"]
@@ -112,6 +120,7 @@ def test_controller_statefulset(rendered: dict[str, list[dict[str, Any]]]) -> No
     assert env["HTTP_ENDPOINT"] == ":8080"
     assert env["METRICS_PATH"] == "/metrics"
     assert env["MAX_NODES_PER_IMEX_DOMAIN"] == "18"
+    assert (env["IMEX_ISOLATION"], env["IMEX_CHANNEL_COUNT"]) == ("domain", "2048")
     assert env["LOG_VERBOSITY_CD_DAEMON"] == "4"
     assert env["LEADER_ELECTION_ENABLED"] == "false"
     assert env["FEATURE_GATES"] == ""

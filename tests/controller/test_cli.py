@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from cdctl.api.isolation import ImexIsolation
 from cdctl.cli import controller as cli
 from cdctl.controller.leader import LeadershipLost
 from cdctl.controller.settings import ControllerSettings
@@ -211,3 +212,25 @@ def test_a_fatal_start_up_error_is_one_line_without_a_traceback(tmp_path: Path) 
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("cdctl controller: TransportError: 0 Transport: GET /apis/resource.k8s.io")
     assert "Traceback" not in result.output
+
+
+def test_imex_isolation_and_channel_count_from_flags_or_environment(
+    captured: list[ControllerSettings],
+) -> None:
+    base = ["--pod-name", "p", "--image-name", "i", "--log-verbosity-cd-daemon", "1"]
+    runner = CliRunner()
+    assert runner.invoke(cli.controller, base, env={}).exit_code == 0
+    assert (captured[-1].imex_isolation, captured[-1].imex_channel_count) == (ImexIsolation.DOMAIN, 2048)
+    env = {"IMEX_ISOLATION": "channel", "IMEX_CHANNEL_COUNT": "4"}
+    assert runner.invoke(cli.controller, base, env=env).exit_code == 0
+    assert (captured[-1].imex_isolation, captured[-1].imex_channel_count) == (ImexIsolation.CHANNEL, 4)
+    assert captured[-1].channel_isolation and not captured[-1].per_domain_daemons
+    for flags, words in (
+        (["--imex-isolation", "channels"], "--imex-isolation: must be 'domain' or 'channel', got 'channels'"),
+        (["--imex-channel-count", "1"], "--imex-channel-count: must be between 2 and 2048, got 1"),
+        (["--imex-channel-count", "4096"], "--imex-channel-count: must be between 2 and 2048, got 4096"),
+        (["--imex-channel-count", "many"], "--imex-channel-count: must be an integer, got 'many'"),
+    ):
+        refused = runner.invoke(cli.controller, [*base, *flags], env={})
+        assert refused.exit_code == 2, refused.output
+        assert refused.output == f"cdctl controller: IMEX isolation settings: {words}\n"

@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
+from cdctl.api.isolation import channel_stream
 from cdctl.controller import journal as journal_module
 from cdctl.controller.actions import Actions, written_change
+from cdctl.controller.channelview import ChannelProjection
 from cdctl.controller.journal import Journal
 from cdctl.controller.view import DomainProjection
+from cdctl.domain.channels import ImexChannelAssigned, ImexChannelReleased
 from cdctl.domain.computedomains import (
     ComputeDomainObserved,
     DomainActionIntended,
@@ -311,3 +314,40 @@ async def test_pipelined_outcomes_share_an_append_with_the_next_intention() -> N
     ]
     assert h.view.domain(UID).cd is not None  # the block's end waited until the view had every outcome
     await h.close()
+
+
+async def test_the_channel_view_survives_snapshots_and_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Channel isolation: who holds which channel is rebuilt from a regular snapshot and from the view a
+    compaction keeps at its horizon, not only from the events (which compaction removes)."""
+    clique = "c0ffee.1"
+    path = tmp_path / "controller.db"
+    monkeypatch.setattr(journal_module, "SNAPSHOT_EVERY", 2)
+    async with await SqliteEventStore.open(path) as store:
+        h = Harness(store)
+        await h.journal.replay()
+        for channel, uid in ((1, "a"), (2, "b")):
+            await h.journal.record_in(
+                channel_stream(clique), [ImexChannelAssigned(clique, channel, uid, "ns", uid)]
+            )
+        await h.journal.record_in(channel_stream(clique), [ImexChannelReleased(clique, 1, "a", "ns", "a")])
+        await h.close()
+    async with await SqliteEventStore.open(path) as store:
+        resumed = Harness(store)
+        await resumed.journal.replay()
+        assert resumed.journal.from_snapshot > 0
+        assert resumed.journal.channels.of_domain("b") == {clique: 2}
+        assert resumed.journal.channels.clique(clique).released == (1,)
+        await resumed.close()
+        await store.append("s/tick", [NewEvent("Tick", {})])
+        report = await compact_through(
+            store, store.head() - 1, [DomainHistory(), DomainProjection(), ChannelProjection()]
+        )
+        assert report is not None and report.events_removed == 3
+    async with await SqliteEventStore.open(path) as store:
+        compacted = Harness(store)
+        await compacted.journal.replay()
+        assert compacted.journal.channels.of_domain("b") == {clique: 2}
+        assert compacted.journal.channels.clique(clique).pick(8) == 3  # 1 was released: reused last
+        await compacted.close()

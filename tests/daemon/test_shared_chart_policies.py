@@ -19,7 +19,7 @@ from cdctl.sim.apiserver.identity import service_account_token
 from tests.chart.enforcing import enforcing_server, identity, refused, seed
 
 NAMESPACE = "cdctl-system"
-VALUES = {"imex": {"isolation": "channel"}}
+VALUES = {"resources": {"computeDomains": {"imex": {"isolation": "channel"}}}}
 ACCOUNT = "cdctl-imex-daemon"
 PLUGIN_POD = "cdctl-kubelet-plugin-abcde"
 CLIQUE = "cdctl-test.7"

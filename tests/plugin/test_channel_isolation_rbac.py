@@ -21,7 +21,7 @@ from tests.plugin.test_app_rbac import PLUGIN_ACCOUNT
 from tests.plugin.test_channel_isolation_app import CLIQUES, shared_daemon_pod, use_shared_device
 
 Env = tuple[ApiServer, KubeApi, Path]
-VALUES = {"allowDefaultNamespace": True, "imex": {"isolation": "channel"}}
+VALUES = {"allowDefaultNamespace": True, "resources": {"computeDomains": {"imex": {"isolation": "channel"}}}}
 
 
 @pytest.mark.parametrize("host_managed", [False, True])

@@ -259,8 +259,9 @@ def _fullname(values: Mapping[str, Any], release: str) -> str:
 
 
 def channel_isolation(values: Mapping[str, Any]) -> bool:
-    """templates/_helpers.tpl "cdctl.channelIsolation": `imex.isolation` is "channel"."""
-    imex = values.get("imex")
+    """templates/_helpers.tpl "cdctl.channelIsolation": `resources.computeDomains.imex.isolation` is
+    "channel"."""
+    imex = ((values.get("resources") or {}).get("computeDomains") or {}).get("imex")
     return isinstance(imex, Mapping) and str(imex.get("isolation") or "domain") == "channel"
 
 

@@ -98,11 +98,18 @@ HostManagedIMEX forces IMEXDaemonsWithDNSNames and ComputeDomainCliques off, as 
 {{- end -}}
 
 {{/*
-"true" when ComputeDomains are isolated by IMEX channel on a shared IMEX domain (`imex.isolation: channel`,
-docs/channel-isolation.md, docs/admission.md).
+"true" when ComputeDomains are isolated by IMEX channel on a shared IMEX domain
+(`resources.computeDomains.imex.isolation: channel`, docs/channel-isolation.md, docs/admission.md): the
+controller's IMEX_ISOLATION, its RBAC and the claim admission policy's channel-isolation rules
+(files/admission-policies.yaml, constant channelIsolation) follow it.
 */}}
 {{- define "cdctl.channelIsolation" -}}
-{{- ternary "true" "false" (eq (.Values.imex.isolation | default "domain" | toString) "channel") -}}
+{{- ternary "true" "false" (eq (.Values.resources.computeDomains.imex.isolation | default "domain" | toString) "channel") -}}
+{{- end -}}
+
+{{/* Channels per IMEX domain under channel isolation (IMEX_CHANNEL_COUNT). */}}
+{{- define "cdctl.imexChannelCount" -}}
+{{- .Values.resources.computeDomains.imexChannelCount | default 2048 | int -}}
 {{- end -}}
 
 {{/*

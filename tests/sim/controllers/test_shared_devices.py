@@ -22,7 +22,9 @@ CHANNEL_CLASS = "compute-domain-channel.nvidia.com"
 def _cluster(*, consumable: bool, shares: int, nodes: int = 1) -> ObjectStore:
     store = ObjectStore()
     store.features.dra_consumable_capacity = consumable
-    for cls in sim_chart.device_classes({"imex": {"isolation": "channel"}}):
+    for cls in sim_chart.device_classes(
+        {"resources": {"computeDomains": {"imex": {"isolation": "channel"}}}}
+    ):
         store.create(kind(store, "resource.k8s.io", "deviceclasses"), "", cls)
     for index in range(nodes):
         node = f"n{index}"
@@ -103,7 +105,9 @@ def test_without_the_feature_the_server_drops_it_and_the_device_serves_one_claim
 
 def test_slot_devices_are_one_claim_each() -> None:
     store = ObjectStore()
-    for cls in sim_chart.device_classes({"imex": {"isolation": "channel"}}):
+    for cls in sim_chart.device_classes(
+        {"resources": {"computeDomains": {"imex": {"isolation": "channel"}}}}
+    ):
         store.create(kind(store, "resource.k8s.io", "deviceclasses"), "", cls)
     add_node(store, "n0")
     store.create(
