@@ -377,6 +377,7 @@ class PluginProcess:
             fabric=self.fabric, board=self.board, book=book, cluster=self.cluster,
         )  # fmt: skip
         self.check.driver_missing = self.driver_missing
+        self.check.shared = self.shared
         publisher = SlicePublisher(
             self.api, node=cfg.node_name, node_uid=node_uid, driver=DRIVER_NAME, version=version
         )

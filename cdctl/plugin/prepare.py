@@ -369,6 +369,18 @@ class DeviceState:
             raise RetriableError(f"{what} not found: {domain_id}", delay=NOT_READY_DELAY)
         return domain
 
+    async def _claim_domain(self, claim: AllocatedClaim, config: ChannelConfig) -> DomainInfo:
+        """The channel config's ComputeDomain, which must be in the claim's namespace (a tenant cannot name
+        another namespace's domain, nor so reach its channel), on a node whose fabric is ready."""
+        domain = await self._domain(config.domain_id, "ComputeDomain")
+        if domain.namespace != claim.ref.namespace:
+            raise PermanentError(
+                "the ResourceClaim's namespace is different than the ComputeDomain's namespace"
+            )
+        if self.fabric.pending is not None:
+            raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
+        return domain
+
     async def _apply_channel(
         self, claim: AllocatedClaim, config: ChannelConfig, results: list[AllocationResult], out: _Prepared
     ) -> None:
@@ -378,13 +390,7 @@ class DeviceState:
         count = MAX_CHANNELS if config.all_channels else 1
         uid = claim.ref.uid
         assert_imex_channel_not_allocated(self.book.records(), 0, uid)
-        domain = await self._domain(config.domain_id, "ComputeDomain")
-        if domain.namespace != claim.ref.namespace:
-            raise PermanentError(
-                "the ResourceClaim's namespace is different than the ComputeDomain's namespace"
-            )
-        if self.fabric.pending is not None:
-            raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
+        domain = await self._claim_domain(claim, config)
         clique = self.fabric.clique_id
         if s.host_managed and not clique:
             raise PermanentError(NO_CLIQUE_UNDER_HOST_MANAGED)
@@ -416,13 +422,7 @@ class DeviceState:
             raise PermanentError(f"applyComputeDomainChannelConfig: unexpected results: {len(results)}")
         ch.check_channel_config(config.all_channels)
         uid = claim.ref.uid
-        domain = await self._domain(config.domain_id, "ComputeDomain")
-        if domain.namespace != claim.ref.namespace:
-            raise PermanentError(
-                "the ResourceClaim's namespace is different than the ComputeDomain's namespace"
-            )
-        if self.fabric.pending is not None:
-            raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
+        domain = await self._claim_domain(claim, config)
         clique = self.fabric.clique_id
         if not clique:
             raise PermanentError(ch.NO_CLIQUE)

@@ -45,15 +45,18 @@ def test_domain_isolation_keeps_the_go_drivers_classes(helm_chart: hc.Chart) -> 
         "compute-domain-daemon.nvidia.com",
         "compute-domain-default-channel.nvidia.com",
     ]
-    env = _env(render_objects(helm_chart, {}))
-    assert env["IMEX_ISOLATION"] == "domain"
-    assert "CHANNEL_SLOTS" not in env and "CHANNEL_CAPACITY" not in env
+    env = _env(render_objects(helm_chart, {}))  # the plugin's default is domain: its pod spec is unchanged
+    assert not {"IMEX_ISOLATION", "CHANNEL_SLOTS", "CHANNEL_CAPACITY", "IMEX_CHANNEL_COUNT"} & set(env)
 
 
 def test_the_plugin_is_told_the_isolation_and_its_channel_capacity(helm_chart: hc.Chart) -> None:
-    values = {**CHANNEL, "kubeletPlugin": {"channelSlots": 6, "channelCapacity": "slots"}}
+    values = {
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}, "imexChannelCount": 16}},
+        "kubeletPlugin": {"channelSlots": 6, "channelCapacity": "slots"},
+    }
     env = _env(render_objects(helm_chart, values))
-    assert (env["IMEX_ISOLATION"], env["CHANNEL_SLOTS"], env["CHANNEL_CAPACITY"]) == ("channel", "6", "slots")
+    got = (env["IMEX_ISOLATION"], env["CHANNEL_SLOTS"], env["CHANNEL_CAPACITY"], env["IMEX_CHANNEL_COUNT"])
+    assert got == ("channel", "6", "slots", "16")
 
 
 @pytest.mark.parametrize(

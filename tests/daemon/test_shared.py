@@ -4,29 +4,15 @@ kubelet plugin writes, labels its pod, and peers with its clique's shared daemon
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from cdctl.api.shareddaemon import SHARED_DAEMON_LABELS
 from cdctl.k8s.daemonpods import shared_peer_entries
 from cdctl.plugin.edits import write_shared_dir
-from cdctl.sim.apiserver.server import ApiServer
-from tests.daemon.conftest import FakeImex, eventually
-from tests.daemon.rig import CLIQUE, DRIVER_NAMESPACE, Daemon, Rig, open_rig
+from tests.daemon.conftest import eventually
+from tests.daemon.rig import CLIQUE, DRIVER_NAMESPACE, Daemon, Rig
 
 OTHER_CLIQUE = "6a130f54-faaa-4b8f-847f-be44ab70f917.1"
-
-
-@pytest.fixture
-async def rig(fake_imex: FakeImex) -> AsyncIterator[Rig]:
-    async with ApiServer() as server:
-        rig = await open_rig(server, fake_imex)
-        try:
-            yield rig
-        finally:
-            await rig.close()
 
 
 def shared_daemon(rig: Rig, name: str, node: str, ip: str, clique: str | None = CLIQUE) -> Daemon:

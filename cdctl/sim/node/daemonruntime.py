@@ -6,10 +6,11 @@ through the daemon claim's CDI mount: `IMEXD_DIR` is the domain directory the no
 (`<node>/plugins/<driver>/domains/<domain uid>`), with the pod's own hosts file in it (also handed to the
 fake `nvidia-imex-ctl`); the daemon keeps its event log there (`/imexd/events.db` in its container), where
 the node's plugin serves it and, once the domain is gone, keeps it as `imex-history/<domain uid>.db`
-(`daemon_logs`). The pods of the chart's shared IMEX daemon DaemonSet (channel isolation, driver-managed;
-cdctl.api.shareddaemon) get the node's shared directory the plugin keeps (`<plugin dir>/shared-imex`)
-instead, and live as long as the install (`domain_containers` leaves them out). Other pods the rack selects
-(workers) run as plain containers of the ProcessRuntime.
+(`daemon_logs`). The shared IMEX daemon of channel isolation (the chart's DaemonSet, its pods labelled
+cdctl.api.shareddaemon.SHARED_DAEMON_LABELS, `is_shared_daemon_pod`) gets the node's shared directory the
+chart mounts from the host (`<node>/plugins/<driver>/shared-imex`, which the node's plugin keeps), and lives
+as long as the install (`domain_containers` leaves it out). Other pods the rack selects (workers) run as
+plain containers of the ProcessRuntime.
 With a fork server (cdctl.sim.node.forkserver), `cdctl ...` commands start from its warm copy of cdctl instead
 of a fresh interpreter, and probes from `probe_server` (one that imported only what `cdctl daemon check`
 needs, so each fork is small) when the rack sets one; either way as the pod's user (cdctl.sim.node.runas):
@@ -25,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, cast
 
-from cdctl.api.shareddaemon import SHARED_DAEMON_LABELS, SHARED_DIR
+from cdctl.api.shareddaemon import COMPONENT_LABEL, SHARED_DAEMON_COMPONENT, SHARED_DIR
 from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
 from cdctl.plugin.prepare import DAEMON_LOG, IMEX_HISTORY
 from cdctl.sim.node.fakeimex import HOSTS_ENV
@@ -54,12 +55,16 @@ class DaemonPodRuntime(ProcessRuntime):
         )
 
     def is_shared_daemon_pod(self, pod: dict[str, Any]) -> bool:
-        """A pod of the chart's shared IMEX daemon DaemonSet (`channel` isolation, driver-managed)."""
         metadata = pod["metadata"]
         labels = metadata.get("labels") or {}
-        return metadata.get("namespace") == self.driver_namespace and all(
-            labels.get(key) == value for key, value in SHARED_DAEMON_LABELS.items()
+        return (
+            metadata.get("namespace") == self.driver_namespace
+            and labels.get(COMPONENT_LABEL) == SHARED_DAEMON_COMPONENT
         )
+
+    def runs(self, pod: dict[str, Any]) -> bool:
+        """The pods this runtime runs: the controller's daemon pods and the shared daemon's."""
+        return self.is_daemon_pod(pod) or self.is_shared_daemon_pod(pod)
 
     def domain_containers(self) -> list[str]:
         """Pod uids of the running containers that belong to a workload or a domain: all but the shared
@@ -74,7 +79,7 @@ class DaemonPodRuntime(ProcessRuntime):
             node = plugin_dir.parent.parent.name
             found += [(node, p.parent.name, p) for p in sorted(plugin_dir.glob(f"domains/*/{DAEMON_LOG}"))]
             found += [(node, p.stem, p) for p in sorted(plugin_dir.glob(f"{IMEX_HISTORY}/*.db"))]
-        found += [(node, SHARED_DIR, p) for p in sorted(plugin_dir.glob(f"{SHARED_DIR}/{DAEMON_LOG}"))]
+            found += [(node, SHARED_DIR, p) for p in sorted(plugin_dir.glob(f"{SHARED_DIR}/{DAEMON_LOG}"))]
         return found
 
     async def _spawn(self, pod: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process:
@@ -83,10 +88,10 @@ class DaemonPodRuntime(ProcessRuntime):
             return await super()._spawn(pod, env)
         node = pod["spec"]["nodeName"]
         plugin_dir = self.work_dir / node / "plugins" / DRIVER_NAME
-        if shared:  # the node's directory the plugin keeps for it (its clique, the config template)
+        if shared:  # the chart's hostPath volume at /imexd
             self.shared_uids.add(pod["metadata"]["uid"])
             imexd = plugin_dir / SHARED_DIR
-            imexd.mkdir(parents=True, exist_ok=True)
+            imexd.mkdir(parents=True, exist_ok=True)  # hostPath type DirectoryOrCreate
         else:
             imexd = plugin_dir / "domains" / pod["metadata"]["labels"][LABEL_COMPUTE_DOMAIN]
         hosts = imexd / "hosts"

@@ -181,7 +181,7 @@ class Rack:
     def _runs_container(self, pod: dict[str, Any]) -> bool:
         """Daemon pods (driver-managed), and workers where the settings run them (any pod outside the driver
         namespace: the components there run as processes of their own)."""
-        if self.runtime.is_daemon_pod(pod) or self.runtime.is_shared_daemon_pod(pod):
+        if self.runtime.runs(pod):
             return not self.settings.host_managed
         return (
             self.settings.runs_workers and pod["metadata"].get("namespace") != self.settings.driver_namespace

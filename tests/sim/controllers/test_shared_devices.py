@@ -14,7 +14,7 @@ from cdctl.sim.controllers.allocator import Allocator
 from cdctl.sim.controllers.claimtemplates import ClaimTemplateController
 from cdctl.sim.controllers.devicecapacity import CapacityError, Usage, consumption
 from cdctl.sim.rack import chart as sim_chart
-from tests.sim.standins import DRIVER, add_node, add_pod, add_template, get, kind
+from tests.sim.standins import DRIVER, add_node, add_pod, add_slice, add_template, get, kind
 
 CHANNEL_CLASS = "compute-domain-channel.nvidia.com"
 
@@ -27,22 +27,8 @@ def _cluster(*, consumable: bool, shares: int, nodes: int = 1) -> ObjectStore:
     ):
         store.create(kind(store, "resource.k8s.io", "deviceclasses"), "", cls)
     for index in range(nodes):
-        node = f"n{index}"
-        add_node(store, node)
-        devices = [d.to_v1() for d in shared_channel_devices(True, shares)]
-        store.create(
-            kind(store, "resource.k8s.io", "resourceslices"),
-            "",
-            {
-                "metadata": {"name": f"{node}-slice"},
-                "spec": {
-                    "driver": DRIVER,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": devices,
-                },
-            },
-        )
+        add_node(store, f"n{index}")
+        add_slice(store, f"n{index}", devices=[d.to_v1() for d in shared_channel_devices(True, shares)])
     add_template(store, "tmpl", device_class=CHANNEL_CLASS)
     return store
 
@@ -90,7 +76,7 @@ def test_a_deallocated_share_frees_its_capacity() -> None:
 
 def test_without_the_feature_the_server_drops_it_and_the_device_serves_one_claim() -> None:
     store = _cluster(consumable=False, shares=3)
-    stored = get(store, "resource.k8s.io", "resourceslices", "n0-slice", namespace="")
+    stored = get(store, "resource.k8s.io", "resourceslices", f"n0-{DRIVER}", namespace="")
     (device,) = stored["spec"]["devices"]
     assert "allowMultipleAllocations" not in device
     assert "requestPolicy" not in device["capacity"]["claims"]
@@ -110,19 +96,7 @@ def test_slot_devices_are_one_claim_each() -> None:
     ):
         store.create(kind(store, "resource.k8s.io", "deviceclasses"), "", cls)
     add_node(store, "n0")
-    store.create(
-        kind(store, "resource.k8s.io", "resourceslices"),
-        "",
-        {
-            "metadata": {"name": "s"},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": "n0",
-                "pool": {"name": "n0", "generation": 1, "resourceSliceCount": 1},
-                "devices": [d.to_v1() for d in shared_channel_devices(False, 2)],
-            },
-        },
-    )
+    add_slice(store, "n0", devices=[d.to_v1() for d in shared_channel_devices(False, 2)])
     add_template(store, "tmpl", device_class=CHANNEL_CLASS)
     for name in ("a", "b", "c"):
         add_pod(store, name, "tmpl")
