@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import click
 
 from cdctl.api.verbosity import DEFAULT_VERBOSITY
-from cdctl.daemon.check import CheckSettings, NotReady, check
+from cdctl.daemon.check import CheckSettings, NotReady, check, shared_clique
 
 DEFAULT_IMEXD_DIR = "/imexd"
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
@@ -44,6 +44,12 @@ clique_option = _option(
     default="",
     help="NVLink clique ID (from CDI); empty: none.",
 )
+shared_option = _option(
+    "--shared", envvar="IMEX_SHARED_DAEMON", is_flag=True, default=False,
+    help="The node's shared IMEX daemon of channel isolation (the chart's DaemonSet), tied to no "
+    "ComputeDomain; without --cliqueid, the clique is the one the kubelet plugin wrote into "
+    "<imexd-dir>/clique.",
+)  # fmt: skip
 ctl_option = _option(
     "--imex-ctl-binary", envvar="IMEX_CTL_BINARY", default="nvidia-imex-ctl", show_default=True,
     help="The IMEX control command (looked up on PATH).",
@@ -59,9 +65,18 @@ def daemon() -> None:
 @clique_option
 @imexd_option
 @ctl_option
+@shared_option
 @_option("--timeout", "timeout_s", envvar="CHECK_TIMEOUT", default=10.0, show_default=True, type=float)
-def check_command(clique_id: str, imexd_dir: Path, imex_ctl_binary: str, timeout_s: float) -> None:
+def check_command(
+    clique_id: str, imexd_dir: Path, imex_ctl_binary: str, shared: bool, timeout_s: float
+) -> None:
     """Succeed when the local IMEX daemon answers READY (or when there is no clique to serve)."""
+    if shared and not clique_id:
+        found = shared_clique(imexd_dir)
+        if found is None:
+            click.echo(f"cdctl: error: IMEX daemon not ready: no clique ID in {imexd_dir} yet", err=True)
+            sys.exit(NotReady.exit_code)
+        clique_id = found
     try:
         click.echo(check(CheckSettings(clique_id, imexd_dir, imex_ctl_binary, timeout_s)))
     except NotReady as exc:
@@ -111,6 +126,7 @@ def check_command(clique_id: str, imexd_dir: Path, imex_ctl_binary: str, timeout
 @_option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent.")
 @_option("--imex-binary", envvar="IMEX_BINARY", default="nvidia-imex", show_default=True)
 @ctl_option
+@shared_option
 @_option(
     "--unused-slot-address", envvar="UNUSED_SLOT_ADDRESS", default=None,
     help="Address for slots without a daemon; must reach no one [default: 192.0.2.1].",
@@ -182,6 +198,7 @@ def _run_daemon(options: dict[str, Any]) -> None:
         unused_address=options["unused_slot_address"] or DEFAULT_UNUSED_ADDRESS,
         readiness_period_s=options["readiness_period_s"],
         restart_backoff_s=options["restart_backoff_s"],
+        shared=options["shared"],
     )
 
     async def main() -> None:

@@ -4,8 +4,10 @@ Registered on the root group by cdctl.cli.main through `register(root)`. Every f
 the Go driver's names are kept (NODE_NAME, CDI_ROOT, NVIDIA_DRIVER_ROOT/HOST_DRIVER_ROOT,
 DRIVER_ROOT_CTR_PATH, KUBELET_REGISTRAR_DIRECTORY_PATH, KUBELET_PLUGINS_DIRECTORY_PATH, HEALTHCHECK_PORT,
 FEATURE_GATES, ...), with cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE, CDCTL_RETENTION_AGE,
-CDCTL_RETENTION_SIZE). A typed error ends the command with a one-line reason and its exit code
-(cdctl.cli.errors.guarded), any other error with one line and exit 1; SIGTERM/SIGINT stop it cleanly (0).
+CDCTL_RETENTION_SIZE) and channel isolation's (IMEX_ISOLATION, CHANNEL_SLOTS, IMEX_CHANNEL_COUNT,
+CHANNEL_CAPACITY; docs/channel-isolation.md). A typed error ends the command with a one-line reason and its
+exit code (cdctl.cli.errors.guarded), any other error with one line and exit 1; SIGTERM/SIGINT stop it
+cleanly (0).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import click
 
 from cdctl.api.gates import parse_feature_gates
+from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, parse_channel_count, parse_isolation
 from cdctl.cli.errors import fail, guarded
 from cdctl.cli.logs import DEFAULT_VERBOSITY, configure_logging
 from cdctl.cli.otlp import otlp_option
@@ -26,6 +29,7 @@ from cdctl.cli.retention import policy, retention_options
 from cdctl.domain.errors import CdctlError
 from cdctl.k8s.tokens import parse_service_account
 from cdctl.plugin.app import PluginConfig, PluginProcess
+from cdctl.plugin.channels import ChannelCapacity, parse_channel_capacity, slot_count
 from cdctl.plugin.nvml import fake_from_spec
 
 
@@ -62,6 +66,23 @@ def _service_account(_ctx: click.Context, _param: click.Parameter, value: str) -
             parse_service_account(value)
         except ValueError as exc:
             raise click.BadParameter(str(exc)) from exc
+    return value
+
+
+def _checked(parse: Any) -> Any:
+    """A click callback that turns a parser's InvalidInput into a usage error naming the flag."""
+
+    def callback(_ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        try:
+            return parse(value, field=f"--{(param.name or '').replace('_', '-')}")
+        except CdctlError as exc:
+            raise click.BadParameter(str(exc)) from exc
+
+    return callback
+
+
+def _slots(value: int, *, field: str) -> int:
+    slot_count(value, 1)  # refuses a negative count
     return value
 
 
@@ -222,6 +243,41 @@ def _service_account(_ctx: click.Context, _param: click.Parameter, value: str) -
     help="Seconds between NVML probes: device health, and waiting for a fabric that is not COMPLETED.",
 )
 @click.option(
+    "--imex-isolation",
+    envvar="IMEX_ISOLATION",
+    default="domain",
+    show_default=True,
+    callback=_checked(parse_isolation),
+    help="domain: one IMEX domain per ComputeDomain; channel: ComputeDomains share the clique's IMEX domain, "
+    "each with its own channel (docs/channel-isolation.md).",
+)
+@click.option(
+    "--channel-slots",
+    envvar="CHANNEL_SLOTS",
+    default=0,
+    show_default=True,
+    type=int,
+    callback=_checked(_slots),
+    help="Channel isolation: how many claims the node's channel capacity takes; 0: 2 per GPU.",
+)
+@click.option(
+    "--imex-channel-count",
+    envvar="IMEX_CHANNEL_COUNT",
+    default=str(DEFAULT_CHANNEL_COUNT),
+    show_default=True,
+    callback=_checked(parse_channel_count),
+    help="Channel isolation: channels per IMEX domain (channel 0 is never handed out).",
+)
+@click.option(
+    "--channel-capacity",
+    envvar="CHANNEL_CAPACITY",
+    default="auto",
+    show_default=True,
+    callback=_checked(parse_channel_capacity),
+    help="Channel isolation: consumable (one multi-allocatable device), slots (--channel-slots devices), or "
+    "auto (consumable where the API server keeps allowMultipleAllocations, else slots).",
+)
+@click.option(
     "--log-format",
     envvar="LOG_FORMAT",
     default="console",
@@ -265,6 +321,10 @@ def kubelet_plugin(
     boot_id_path: str,
     resource_api_version: str | None,
     fabric_reprobe_interval: float,
+    imex_isolation: Any,
+    channel_slots: int,
+    imex_channel_count: int,
+    channel_capacity: ChannelCapacity,
     log_format: str,
     verbosity: int,
 ) -> None:
@@ -301,6 +361,10 @@ def kubelet_plugin(
         metrics_path=metrics_path,
         pod_name=pod_name,
         event_log_reader=event_log_reader,
+        isolation=imex_isolation,
+        channel_slots=channel_slots,
+        channel_count=imex_channel_count,
+        channel_capacity=channel_capacity,
     )
     try:
         _run(_serve(cfg))

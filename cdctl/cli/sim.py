@@ -151,12 +151,52 @@ def cluster(
     help="Keep the formed rack running this long (Ctrl-C ends it early) before the teardown, and print how "
     "to point kubectl and cdctl collect at it (kubeconfig: <keep dir>/kubeconfig).",
 )
-def rack(nodes: int, racks: int, mode: str, keep: Path | None, rack_domains: bool, hold_s: float) -> None:
+@click.option(
+    "--isolation",
+    type=click.Choice(["domain", "channel"]),
+    default="domain",
+    show_default=True,
+    envvar="IMEX_ISOLATION",
+    help="domain: an IMEX domain per ComputeDomain; channel: one per NVLink clique, a channel per domain "
+    "(docs/channel-isolation.md).",
+)
+@click.option(
+    "--domains",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="ComputeDomains sharing the rack (--isolation channel), each in its own namespace, with single-GPU "
+    "pods.",
+)
+@click.option(
+    "--pods-per-domain",
+    type=click.IntRange(1, 288),
+    help="Single-GPU pods of each domain per rack (--isolation channel) [default: the rack's GPUs split "
+    "evenly].",
+)
+@click.option(
+    "--imex-channel-count",
+    type=click.IntRange(2, 2048),
+    help="Channels per IMEX domain (--isolation channel; channel 0 is never handed out) [default: 2048].",
+)
+def rack(
+    nodes: int,
+    racks: int,
+    mode: str,
+    keep: Path | None,
+    rack_domains: bool,
+    hold_s: float,
+    isolation: str,
+    domains: int,
+    pods_per_domain: int | None,
+    imex_channel_count: int | None,
+) -> None:
     """A GB200 NVL72 rack end to end: real controller, plugins and daemons; a job forms and is torn down."""
-    from cdctl.sim.rack.rackcommand import run_rack_command
+    from cdctl.sim.rack.rackcommand import RackOptions, run_rack_command
 
     directory = keep.resolve() if keep else Path(tempfile.mkdtemp(prefix="cdctl-rack-", dir="/tmp"))
-    raise SystemExit(run_rack_command(directory, nodes, racks, mode, rack_domains, hold_s))
+    options = RackOptions(isolation, domains, pods_per_domain, imex_channel_count)
+    raise SystemExit(run_rack_command(directory, nodes, racks, mode, rack_domains, options, hold_s))
 
 
 def register(root: click.Group) -> None:

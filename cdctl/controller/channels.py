@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 
 from cdctl.api.isolation import CLIQUE_NODE_LABEL, channel_stream
+from cdctl.api.shareddaemon import COMPONENT_LABEL, SHARED_DAEMON_COMPONENT
 from cdctl.controller.channelview import ChannelBook
 from cdctl.controller.clique import Cliques
 from cdctl.controller.context import ReconcileContext
@@ -47,12 +48,6 @@ from cdctl.k8s.resources import COMPUTE_DOMAIN_CLIQUES, NODES, PODS
 
 log = structlog.get_logger(__name__)
 JsonObject = dict[str, Any]
-
-# The pods of the chart's shared IMEX daemon DaemonSet (driver-managed `channel` isolation), one per GPU node;
-# a node's channel claims wait for its pod to be Ready. The label the chart's DaemonSet gives its pods.
-SHARED_DAEMON_COMPONENT_LABEL = "app.kubernetes.io/component"
-SHARED_DAEMON_COMPONENT = "imex-daemon"
-SHARED_DAEMON_SELECTOR = f"{SHARED_DAEMON_COMPONENT_LABEL}={SHARED_DAEMON_COMPONENT}"
 
 REASON_EXHAUSTED = "IMEXChannelsExhausted"
 REASON_NO_CLIQUE = "NodeWithoutClique"
@@ -108,7 +103,7 @@ class Channels:
             return True
         for pod in self.ctx.journal.cached_of(PODS):
             meta = pod.get("metadata") or {}
-            if (meta.get("labels") or {}).get(SHARED_DAEMON_COMPONENT_LABEL) != SHARED_DAEMON_COMPONENT:
+            if (meta.get("labels") or {}).get(COMPONENT_LABEL) != SHARED_DAEMON_COMPONENT:
                 continue
             if (pod.get("spec") or {}).get("nodeName") == node and not meta.get("deletionTimestamp"):
                 return pod_is_ready(pod)

@@ -27,8 +27,8 @@ from typing import Any
 import structlog
 
 from cdctl.api.isolation import CLIQUE_NODE_LABEL
+from cdctl.api.shareddaemon import SHARED_DAEMON_SELECTOR
 from cdctl.controller.actions import Actions
-from cdctl.controller.channels import SHARED_DAEMON_SELECTOR
 from cdctl.controller.computedomain import ComputeDomainReconciler
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.http import HttpEndpoint

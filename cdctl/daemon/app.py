@@ -8,6 +8,10 @@ clique (or the domain's status without the ComputeDomainCliques gate) into cdctl
 readiness monitor runs. A fatal error in either ends the run with that error (non-zero exit), after IMEX was
 stopped (SIGTERM, wait) and the stop recorded. While the log is open the retention loop compacts it under
 the settings' policy (cdctl.projections.retention; the daemon resumes from no projection).
+
+The shared daemon of channel isolation (`settings.shared`) first waits for the clique ID the node's kubelet
+plugin writes into its directory (when no --cliqueid is given), then runs as above in IP mode, its peers
+the pods of its clique's shared daemons (cdctl.k8s.daemonpods.follow_shared_peers).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import AsyncIterator
 
 import structlog
 
-from cdctl.daemon.check import CheckSettings
+from cdctl.daemon.check import CheckSettings, shared_clique
 from cdctl.daemon.files import write_config, write_node_list
 from cdctl.daemon.journal import Journal
 from cdctl.daemon.peers import PeerUpdater
@@ -28,13 +32,38 @@ from cdctl.daemon.settings import DaemonSettings
 from cdctl.daemon.supervisor import ImexSupervisor
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.imex import ImexDaemonStarted, ImexDaemonStopped, PeerListing, dns_node_list
-from cdctl.k8s.daemonpods import daemon_api, follow_clique, follow_domain_status, label_own_pod
+from cdctl.k8s.daemonpods import (
+    daemon_api,
+    follow_clique,
+    follow_domain_status,
+    follow_shared_peers,
+    label_own_pod,
+)
 from cdctl.k8s.errors import KubeApiError
 from cdctl.k8s.rest import KubeApi
 from cdctl.projections.retention import Retention
 
 log = structlog.get_logger(__name__)
 LABEL_RETRY_MAX_S = 10.0
+CLIQUE_FILE_POLL_S = 0.5
+
+
+async def _wait_for_clique(s: DaemonSettings, stop: asyncio.Event) -> DaemonSettings | None:
+    """The shared daemon's settings with the clique the plugin wrote; None when stopped first."""
+    if s.clique_id or not s.shared:
+        return s
+    logged = False
+    while not stop.is_set():
+        found = await asyncio.to_thread(shared_clique, s.imexd_dir)
+        if found is not None:
+            log.info("clique ID from the kubelet plugin", clique_id=found or "(none)")
+            return dataclasses.replace(s, clique_id=found)
+        if not logged:
+            log.info("waiting for the kubelet plugin to write this node's clique ID", dir=str(s.imexd_dir))
+            logged = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), CLIQUE_FILE_POLL_S)
+    return None
 
 
 async def _label_pod(api: KubeApi, s: DaemonSettings, stop: asyncio.Event) -> bool:
@@ -61,6 +90,8 @@ class DaemonApp:
 
     def _listings(self, api: KubeApi) -> AsyncIterator[PeerListing]:
         s = self.settings
+        if s.shared:
+            return follow_shared_peers(api, s.pod_namespace, s.clique_id)
         if s.uses_cliques:
             return follow_clique(api, s.pod_namespace, s.domain_uid, s.clique_id)
         return follow_domain_status(api, s.domain_namespace, s.domain_name, s.domain_uid)
@@ -84,6 +115,10 @@ class DaemonApp:
         compacting = asyncio.create_task(retention.run(), name="retention")
         reason, failed = "stopped by signal", False
         try:
+            waited = await _wait_for_clique(s, stop)
+            if waited is None:
+                return
+            self.settings = s = waited
             await journal.record(
                 ImexDaemonStarted(
                     s.node_name, s.domain_uid, s.clique_id, s.pod_name, s.pod_ip, s.mode, s.max_nodes

@@ -16,6 +16,18 @@ from pathlib import Path
 
 CONFIG_NAME = "imexd.cfg"  # the same name as cdctl.domain.imex.CONFIG_NAME, kept import-free here
 EMPTY_CLIQUE_MESSAGE = "check succeeded (noop, clique ID is empty)"
+CLIQUE_FILE = "clique"  # the same name as cdctl.api.shareddaemon.CLIQUE_FILE, kept import-free here
+
+
+def shared_clique(imexd_dir: Path) -> str | None:
+    """The shared daemon's clique ID, as the node's kubelet plugin wrote it into its directory; None when
+    the plugin has not written it yet."""
+    try:
+        return (imexd_dir / CLIQUE_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+
+
 READY_ANSWER = "READY"
 
 

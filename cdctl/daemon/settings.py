@@ -2,7 +2,9 @@
 
 Built by `cdctl daemon run` (cdctl.cli.daemon) from flags and their environment twins and read by every
 module of cdctl.daemon. `validate()` gives the Go driver's message when the plugin's CDI edits did not reach
-the container (no COMPUTE_DOMAIN_UUID).
+the container (no COMPUTE_DOMAIN_UUID). `shared`: the node's shared IMEX daemon of channel isolation
+(cdctl.api.shareddaemon), tied to no ComputeDomain, whose peers are its clique's shared daemon pods; it
+writes IP node lists (no controller assigns it DNS slots).
 """
 
 from __future__ import annotations
@@ -53,10 +55,11 @@ class DaemonSettings:
     readiness_period_s: float = 5.0
     restart_backoff_s: float = 1.0
     restart_backoff_max_s: float = 30.0
+    shared: bool = False
 
     @property
     def dns_names(self) -> bool:
-        return self.gates.enabled(IMEX_DAEMONS_WITH_DNS_NAMES)
+        return not self.shared and self.gates.enabled(IMEX_DAEMONS_WITH_DNS_NAMES)
 
     @property
     def uses_cliques(self) -> bool:
@@ -83,7 +86,7 @@ class DaemonSettings:
         return self.db_path if self.db_path is not None else self.imexd_dir / EVENTS_NAME
 
     def validate(self) -> None:
-        if not self.domain_uid:
+        if not self.domain_uid and not self.shared:
             raise PermanentError(CDI_MISSING)
         if self.max_nodes < 1:
             raise InvalidInput("daemon settings", "max-nodes-per-imex-domain", f"{self.max_nodes} < 1")

@@ -20,6 +20,10 @@ already met makes the claim GET and the label write (when the label is missing),
   namespace (gate ComputeDomainCliques), else in the watched domain's `status.nodes`. While those watches
   run, their "not ready" is the answer and `until_ready` returns when a watch event makes the copy say
   Ready, which ends the retriable wait early; without them the same order is read fresh.
+* Channel isolation: the domain's channel is the `imexChannel` field of the same watched clique object
+  (read fresh while that watch has not listed); under driver-managed IMEX the shared IMEX daemon's pod on
+  this node (the chart's DaemonSet, cdctl.api.shareddaemon) is followed by a pod watch of the driver
+  namespace narrowed to this node and that DaemonSet's labels, and its Ready condition is the answer.
 
 API errors become RetriableError or PermanentError here.
 """
@@ -33,9 +37,12 @@ from typing import Any, TypeVar
 
 import structlog
 
+from cdctl.api.cliquechannel import clique_channel
+from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT
 from cdctl.api.refs import DomainInfo
-from cdctl.domain.computedomains import LABEL_CLIQUE_ID
-from cdctl.domain.errors import PermanentError, RetriableError
+from cdctl.api.shareddaemon import SHARED_DAEMON_SELECTOR
+from cdctl.domain.computedomains import LABEL_CLIQUE_ID, clique_name
+from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.k8s import nodes
 from cdctl.k8s.errors import KubeApiError, NotFoundError
 from cdctl.k8s.informer import Change, Informer, Observation, is_stale
@@ -72,6 +79,14 @@ def _clique_status(clique: JsonObject | None, node: str) -> str | None:
     return None
 
 
+def pod_ready(pod: JsonObject | None) -> bool:
+    """Whether a pod exists, is not being deleted and its Ready condition is True."""
+    if not pod or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == READY and c.get("status") == "True" for c in conditions)
+
+
 def _domain_ready(domain: JsonObject | None, node: str) -> bool:
     """Whether the ComputeDomain's status.nodes entry for `node` says Ready."""
     entries = ((domain or {}).get("status") or {}).get("nodes") or []
@@ -100,6 +115,7 @@ class KubeClusterPort:
         use_cliques: bool,
         watch_claims: bool = False,
         component: str = "compute-domain-kubelet-plugin",
+        channel_count: int = DEFAULT_CHANNEL_COUNT,
     ) -> None:
         self.api = api
         self.claims = resource_claims(resource_version)
@@ -116,18 +132,23 @@ class KubeClusterPort:
         self._nodes: dict[str, JsonObject] = {}  # the followed Node, newest copy seen or written
         self._cliques: dict[str, JsonObject] = {}  # watched ComputeDomainCliques of the driver namespace
         self._claims: dict[tuple[str, str], JsonObject] = {}  # watched ResourceClaims by (namespace, name)
+        self.channel_count = channel_count
+        self._daemon_pods: dict[str, JsonObject] = {}  # the shared IMEX daemon's pods on this node
         self._synced: set[str] = set()  # informers that completed a first listing
         self._changed = asyncio.Condition()
 
     # ---- watched copies
 
-    def start(self, node: str | None = None, clique_id: str | None = None) -> None:
+    def start(
+        self, node: str | None = None, clique_id: str | None = None, shared_daemon_node: str | None = None
+    ) -> None:
         """Follow ComputeDomains, ResourceClaims (unless `watch_claims` is off), ComputeDomainCliques of the
         driver namespace (gate on) and `node` (its label is then decided on the watched copy).
 
         With this node's `clique_id` known, only that clique's objects are followed (by the cliqueID label
         every clique carries): the node only ever asks about `<domainUID>.<its cliqueID>`, and a multi-rack
-        domain's clique writes then reach one rack's plugins instead of every node's."""
+        domain's clique writes then reach one rack's plugins instead of every node's. With
+        `shared_daemon_node`, the shared IMEX daemon's pods on that node are followed too."""
         self._follow("computedomain", lambda: Informer(self.api, COMPUTE_DOMAINS), self._domain_seen)
         if node:
             self._follow(
@@ -148,6 +169,15 @@ class KubeClusterPort:
             )
         if self.watch_claims:
             self._follow("resourceclaim", lambda: Informer(self.api, self.claims), self._claim_seen)
+        if shared_daemon_node:
+            self._follow(
+                "shareddaemon",
+                lambda: Informer(
+                    self.api, PODS, namespace=self.driver_namespace, label_selector=SHARED_DAEMON_SELECTOR,
+                    field_selector=f"spec.nodeName={shared_daemon_node}",
+                ),
+                self._daemon_pod_seen,
+            )  # fmt: skip
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -200,6 +230,7 @@ class KubeClusterPort:
             "node": [self._nodes],
             "clique": [self._cliques],
             "resourceclaim": [self._claims],
+            "shareddaemon": [self._daemon_pods],
         }
         for cache in caches[name]:
             cache.clear()
@@ -223,6 +254,12 @@ class KubeClusterPort:
             self._cliques[item.name] = item.obj
         elif _uid(self._cliques.get(item.name)) == item.uid:
             del self._cliques[item.name]
+
+    def _daemon_pod_seen(self, item: Observation) -> None:
+        if item.change is not Change.DELETED:
+            self._daemon_pods[item.name] = item.obj
+        elif _uid(self._daemon_pods.get(item.name)) == item.uid:
+            del self._daemon_pods[item.name]
 
     def _claim_seen(self, item: Observation) -> None:
         key = (item.namespace or "", item.name)
@@ -329,6 +366,57 @@ class KubeClusterPort:
         cd_path = COMPUTE_DOMAINS.object_path(domain.namespace, domain.name)
         cd = await _mapped("reading ComputeDomain", lambda: self.api.get_or_none(cd_path))
         return _domain_ready(cd, node)
+
+    # ---- channel isolation
+
+    def _clique_path(self, domain: DomainInfo, clique_id: str) -> str:
+        return COMPUTE_DOMAIN_CLIQUES.object_path(self.driver_namespace, clique_name(domain.uid, clique_id))
+
+    def watched_channel(self, domain: DomainInfo, clique_id: str) -> int | None:
+        """The channel on the watched clique object (no request)."""
+        name = clique_name(domain.uid, clique_id)
+        return clique_channel(self._cliques.get(name), name, self.channel_count)
+
+    async def clique_channel(self, domain: DomainInfo, clique_id: str) -> int | None:
+        channel = self.watched_channel(domain, clique_id)
+        if channel is not None or self.readiness_watched(clique_id):
+            return channel
+        path = self._clique_path(domain, clique_id)
+        clique = await _mapped("reading ComputeDomainClique", lambda: self.api.get_or_none(path))
+        return clique_channel(clique, clique_name(domain.uid, clique_id), self.channel_count)
+
+    async def until_channel(self, domain: DomainInfo, clique_id: str) -> None:
+        def assigned() -> bool:
+            try:
+                return self.watched_channel(domain, clique_id) is not None
+            except CdctlError:
+                return True  # a bad value: let the retry say so
+
+        await self.until(assigned)
+
+    def _daemon_ready_watched(self) -> bool:
+        return any(pod_ready(p) for p in self._daemon_pods.values())
+
+    async def shared_daemon_ready(self, node: str) -> bool:
+        if self._daemon_ready_watched():
+            return True
+        if self.shared_daemon_watched():
+            return False
+        listing = await _mapped(
+            "listing the shared IMEX daemon's pods",
+            lambda: self.api.list_objects(
+                PODS.collection_path(self.driver_namespace),
+                labelSelector=SHARED_DAEMON_SELECTOR,
+                fieldSelector=f"spec.nodeName={node}",
+            ),
+        )
+        return any(pod_ready(p) for p in listing.get("items") or [])
+
+    def shared_daemon_watched(self) -> bool:
+        return self.synced("shareddaemon")
+
+    async def until_shared_daemon_ready(self, node: str) -> None:
+        await self.until(self._daemon_ready_watched)
 
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
         """An Event on the Node (namespace default); repeats aggregate into one (cdctl.k8s.kube_events)."""

@@ -30,19 +30,49 @@ def resource_slices(version: str) -> ResourceType:
 
 @dataclass(frozen=True, slots=True)
 class PublishedDevice:
-    """A device of the slice with the Go driver's attributes: `type` (string) and `id` (int)."""
+    """A device of the slice with the Go driver's attributes: `type` (string) and `id` (int).
+
+    `shares`, when set, makes it a device many claims share (DRA consumable capacity, resource.k8s.io
+    `allowMultipleAllocations`): capacity `shares` of which each allocation consumes exactly one (the
+    capacity's requestPolicy), so the scheduler hands it to at most that many claims at once."""
 
     name: str
     type: str
     id: int
+    shares: int = 0
 
     def to_v1(self) -> JsonObject:
-        return {"name": self.name, "attributes": {"type": {"string": self.type}, "id": {"int": self.id}}}
+        out: JsonObject = {
+            "name": self.name,
+            "attributes": {"type": {"string": self.type}, "id": {"int": self.id}},
+        }
+        if self.shares:
+            out["allowMultipleAllocations"] = True
+            out["capacity"] = {
+                SHARES_CAPACITY: {
+                    "value": str(self.shares),
+                    "requestPolicy": {"default": "1", "validValues": ["1"]},
+                }
+            }
+        return out
+
+
+# The capacity of a shared device: how many claims may hold it at once.
+SHARES_CAPACITY = "claims"
+
+
+def allows_multiple_allocations(device: JsonObject) -> bool:
+    """Whether a device as the API server stored it (v1 or v1beta1 shape) is multi-allocatable: a server
+    whose DRAConsumableCapacity feature is off drops the field on write."""
+    shape = device.get("basic") if isinstance(device.get("basic"), dict) else device
+    return bool((shape or {}).get("allowMultipleAllocations"))
 
 
 def devices_for_version(devices: list[PublishedDevice], version: str) -> list[JsonObject]:
     if version == "v1beta1":
-        return [{"name": d.name, "basic": {"attributes": d.to_v1()["attributes"]}} for d in devices]
+        return [
+            {"name": d.name, "basic": {k: v for k, v in d.to_v1().items() if k != "name"}} for d in devices
+        ]
     return [d.to_v1() for d in devices]
 
 
@@ -81,6 +111,7 @@ class SlicePublisher:
         self.driver = driver
         self.version = version
         self.resource = resource_slices(version)
+        self.stored: list[JsonObject] = []  # the devices of the slice as the API server last stored them
 
     async def list_own(self) -> list[JsonObject]:
         listing = await self.api.list_objects(
@@ -122,6 +153,7 @@ class SlicePublisher:
         if keep is None:
             body = desired_slice(self.node, self.node_uid, self.driver, devices, self.version, top + 1)
             created = await self.api.create(self.resource.collection_path(), body)
+            self.stored = list((created.get("spec") or {}).get("devices") or [])
             log.info(
                 "published ResourceSlice", name=created.get("metadata", {}).get("name"), devices=len(devices)
             )
@@ -134,12 +166,16 @@ class SlicePublisher:
             and spec.get("pool") == want["spec"]["pool"]
             and spec.get("nodeName") == self.node
         ):
+            self.stored = list(spec.get("devices") or [])
             return "unchanged"
         updated = copy.deepcopy(keep)
         updated["spec"]["devices"] = want["spec"]["devices"]
         updated["spec"]["pool"] = want["spec"]["pool"]
         updated["spec"]["nodeName"] = self.node
-        await self.api.replace(self.resource.object_path(None, str(keep["metadata"]["name"])), updated)
+        replaced = await self.api.replace(
+            self.resource.object_path(None, str(keep["metadata"]["name"])), updated
+        )
+        self.stored = list(((replaced or {}).get("spec") or {}).get("devices") or [])
         log.info("updated ResourceSlice in place", name=keep["metadata"].get("name"), devices=len(devices))
         return "updated"
 

@@ -20,6 +20,13 @@ log line and a Node Event), publishes no ResourceSlice (it deletes any of this d
 and keeps serving registration and an empty device-health list. The fabric loop keeps probing; once NVML
 loads, the plugin records that and returns from `run` (`restart_requested`) so that its container restarts and
 starts up with the driver, instead of re-doing start-up steps in place.
+
+Under channel isolation (`cfg.isolation`) the slice carries the node's shared channel capacity instead of
+`channel-0` and `daemon-0` (cdctl.plugin.channels): with `channel_capacity` auto, the multi-allocatable
+device first; when the API server stores it without `allowMultipleAllocations` (DRA consumable capacity off:
+the server drops a disabled feature's fields on write) the plugin says so (log, Node Event
+ConsumableCapacityUnavailable) and publishes slot devices from then on. The clique objects are followed in
+both IMEX modes (the channel is on them), and under driver-managed IMEX so is the shared daemon's pod here.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from typing import TypeVar
 import structlog
 
 from cdctl.api import gates as fg
+from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, ImexIsolation
+from cdctl.api.shareddaemon import SHARED_DIR
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import Actor
 from cdctl.domain.retention import RetentionPolicy
@@ -41,14 +50,21 @@ from cdctl.k8s import nodes, plugincluster
 from cdctl.k8s.discovery import NoResourceApiError, discover_resource_version
 from cdctl.k8s.errors import KubeApiError
 from cdctl.k8s.informer import Informer
-from cdctl.k8s.resourceslices import PublishedDevice, SlicePublisher, resource_slices
+from cdctl.k8s.resourceslices import (
+    PublishedDevice,
+    SlicePublisher,
+    allows_multiple_allocations,
+    resource_slices,
+)
 from cdctl.k8s.rest import KubeApi
 from cdctl.k8s.tokens import TokenReviewer
 from cdctl.plugin import cdi, imexhistory, nvml
+from cdctl.plugin import channels as ch
 from cdctl.plugin.checkpoint import BOOT_ID_PATH, ClaimBook, ClaimBookProjection, read_boot_id
 from cdctl.plugin.cliquerefresh import DEFAULT_REFRESH_S, CliqueRefresher
 from cdctl.plugin.devices import DRIVER_NAME
 from cdctl.plugin.driver import Driver
+from cdctl.plugin.edits import write_shared_dir
 from cdctl.plugin.eventlogs import COMPONENT, served_logs
 from cdctl.plugin.health import HealthBoard
 from cdctl.plugin.metrics import MetricsEndpoint, PluginMetrics
@@ -116,6 +132,10 @@ class PluginConfig:
     # (`cdctl collect`); empty: the logs are not served.
     event_log_reader: str = ""
     otlp_endpoint: str = ""  # every committed event also as an OTLP log record (cdctl.store.otlp); "": none
+    isolation: ImexIsolation = ImexIsolation.DOMAIN  # IMEX_ISOLATION (docs/channel-isolation.md)
+    channel_slots: int = 0  # channel isolation: claims the node's channel capacity takes; 0: 2 per GPU
+    channel_count: int = DEFAULT_CHANNEL_COUNT  # channel isolation: channels per IMEX domain
+    channel_capacity: ch.ChannelCapacity = ch.ChannelCapacity.AUTO
 
     @property
     def plugin_dir(self) -> Path:
@@ -151,8 +171,13 @@ def device_lib(cfg: PluginConfig) -> nvml.DeviceLib:
     return nvml.PynvmlDeviceLib(str(cfg.container_driver_root), str(cfg.host_root))
 
 
-def published_devices(fabric: FabricStatus, host_managed: bool) -> list[PublishedDevice]:
-    """channel-0 only once the fabric is COMPLETED; daemon-0 unless IMEX is host-managed."""
+def published_devices(
+    fabric: FabricStatus, host_managed: bool, shared: ch.SharedChannels | None = None
+) -> list[PublishedDevice]:
+    """channel-0 only once the fabric is COMPLETED; daemon-0 unless IMEX is host-managed. Under channel
+    isolation (`shared`): the shared channel devices once the fabric is COMPLETED, and nothing else."""
+    if shared is not None:
+        return [] if fabric.pending is not None else shared.devices()
     out = [] if fabric.pending is not None else [PublishedDevice("channel-0", "channel", 0)]
     if not host_managed:
         out.append(PublishedDevice("daemon-0", "daemon", 0))
@@ -213,6 +238,8 @@ class PluginProcess:
         self.driver_missing: str | None = None
         self.restart_requested = asyncio.Event()
         self.host_managed = cfg.gates.enabled(fg.HOST_MANAGED_IMEX)
+        self.channel_isolation = cfg.isolation is ImexIsolation.CHANNEL
+        self.shared: ch.SharedChannels | None = None  # channel isolation: what the node publishes
         self.store: SqliteEventStore | None = None
         self.api: KubeApi | None = None
         self.cluster: plugincluster.KubeClusterPort | None = None
@@ -267,6 +294,11 @@ class PluginProcess:
             )
         else:
             log.info("identified fabric clique", clique_id=found.clique_id or "(none)")
+        if self.channel_isolation:
+            gpus = 0 if self.driver_missing else len(await asyncio.to_thread(lib.probe))
+            self.shared = ch.SharedChannels(cfg.channel_capacity, ch.slot_count(cfg.channel_slots, gpus))
+            log.info("channel isolation", capacity=cfg.channel_capacity.value, slots=self.shared.slots)
+            await self._write_shared_dir()
         if cfg.gates.enabled(fg.IMEX_DAEMONS_WITH_DNS_NAMES) and not self.driver_missing:
             version = await asyncio.to_thread(lib.driver_version)
             if not nvml.driver_version_at_least(version):
@@ -306,12 +338,20 @@ class PluginProcess:
             raise PermanentError(str(exc)) from exc
         self.cluster = plugincluster.KubeClusterPort(
             self.api, resource_version=version, driver_namespace=cfg.namespace, node_uid=node_uid,
-            use_cliques=cfg.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES) and not self.host_managed,
-            watch_claims=cfg.watch_claims,
+            use_cliques=self.channel_isolation or (
+                cfg.gates.enabled(fg.COMPUTE_DOMAIN_CLIQUES) and not self.host_managed
+            ),
+            watch_claims=cfg.watch_claims, channel_count=cfg.channel_count,
         )  # fmt: skip
         # The Node (label decisions) and cliques (daemon readiness) are followed only where there are daemons:
-        # under HostManagedIMEX the chart grants neither watch.
-        self.cluster.start(None if self.host_managed else cfg.node_name, self.fabric.clique_id or None)
+        # under HostManagedIMEX the chart grants neither watch. Under channel isolation no label is written,
+        # the cliques carry the channels, and driver-managed, the shared daemon's pod here says it is Ready.
+        labels = not (self.host_managed or self.channel_isolation)
+        shared_daemon = self.channel_isolation and not self.host_managed
+        self.cluster.start(
+            cfg.node_name if labels else None, self.fabric.clique_id or None,
+            shared_daemon_node=cfg.node_name if shared_daemon else None,
+        )  # fmt: skip
         settings = PrepareSettings(
             node=cfg.node_name,
             plugin_dir=cfg.plugin_dir,
@@ -321,6 +361,9 @@ class PluginProcess:
             proc_devices=cfg.proc_devices,
             fabric_imex_mgmt_cap=cfg.fabric_imex_mgmt_cap,
             host_managed=self.host_managed,
+            isolation=cfg.isolation,
+            channel_slots=self.shared.slots if self.shared else 0,
+            channel_count=cfg.channel_count,
         )
         self.state = DeviceState(settings, book, self.cluster, self.fabric)
         removed = self.state.remove_orphan_specs()
@@ -341,6 +384,7 @@ class PluginProcess:
             fabric=self.fabric, board=self.board, book=book, cluster=self.cluster,
         )  # fmt: skip
         self.check.driver_missing = self.driver_missing
+        self.check.shared = self.shared
         publisher = SlicePublisher(
             self.api, node=cfg.node_name, node_uid=node_uid, driver=DRIVER_NAME, version=version
         )
@@ -400,6 +444,13 @@ class PluginProcess:
             log.warning("restarting to follow the new clique's ComputeDomainCliques")
             self.restart_requested.set()
 
+    async def _write_shared_dir(self) -> None:
+        """Channel isolation, driver-managed: the shared IMEX daemon's directory, once the fabric has a
+        clique (a daemon waits for the clique ID; a node outside any fabric gets an empty one)."""
+        if self.channel_isolation and not self.host_managed and self.fabric.pending is None:
+            root = self.cfg.plugin_dir / SHARED_DIR
+            await asyncio.to_thread(write_shared_dir, root, self.fabric.clique_id)
+
     def _log_server(self) -> LogServer | None:
         """The read-only event-log routes (`cdctl collect`), when a reader is configured."""
         cfg = self.cfg
@@ -424,12 +475,30 @@ class PluginProcess:
                 if self.driver_missing:
                     await publisher.withdraw()
                 else:
-                    await publisher.sync(published_devices(self.fabric, self.host_managed), bump=bump)
+                    await publisher.sync(
+                        published_devices(self.fabric, self.host_managed, self.shared), bump=bump
+                    )
+                    await self._check_consumable(publisher)
             except KubeApiError as exc:
                 self.bump_generation = self.bump_generation or bump
                 log.warning("publishing the ResourceSlice failed; retrying", error=str(exc))
                 await asyncio.sleep(1.0)
                 self.republish.set()
+
+    async def _check_consumable(self, publisher: SlicePublisher) -> None:
+        """Channel isolation, capacity auto: a shared device the API server stored without
+        `allowMultipleAllocations` means DRA consumable capacity is off; publish slots from now on."""
+        shared = self.shared
+        if shared is None or not shared.consumable or shared.refused:
+            return
+        stored = [d for d in publisher.stored if d.get("name") == ch.SHARED_DEVICE]
+        if not stored or allows_multiple_allocations(stored[0]):
+            return
+        message = shared.consumable_refused()
+        log.warning(message)
+        assert self.cluster is not None
+        await self.cluster.node_event(self.cfg.node_name, "ConsumableCapacityUnavailable", message)
+        self.republish.set()
 
     async def _watch_slices(self, version: str) -> None:
         assert self.api is not None
@@ -481,6 +550,7 @@ class PluginProcess:
             message = f"NVLink fabric completed; clique {found.clique_id or '(none)'}; publishing channel-0"
             log.info(message)
             await self.cluster.node_event(self.cfg.node_name, "NVLinkFabricReady", message, warning=False)
+            await self._write_shared_dir()
             self.republish.set()
         elif found.pending != self.fabric.pending:
             self.fabric.pending = found.pending

@@ -31,10 +31,11 @@ PUBLISHED_DEVICES = {"channel-0": CHANNEL, "daemon-0": DAEMON}
 """The devices this node publishes in its ResourceSlice (cdctl.plugin.app); nothing else is prepared."""
 
 
-def device_type(name: str) -> tuple[str, int] | None:
+def device_type(name: str, published: Mapping[str, str] = PUBLISHED_DEVICES) -> tuple[str, int] | None:
     """(`channel`, 0) for channel-0, (`daemon`, 0) for daemon-0: the published devices; None for any other
-    name (a `channel-1` was never published, so a claim naming it was not allocated by the scheduler)."""
-    kind = PUBLISHED_DEVICES.get(name)
+    name (a `channel-1` was never published, so a claim naming it was not allocated by the scheduler).
+    `published`: the names this node publishes (channel isolation's shared devices, cdctl.plugin.channels)."""
+    kind = published.get(name)
     return (kind, 0) if kind is not None else None
 
 
@@ -246,6 +247,13 @@ def get_opaque_device_configs(
     return out
 
 
+def _names(published: Mapping[str, str]) -> str:
+    names = list(published)
+    if len(names) > 3:
+        return f"{', '.join(names[:2])}, ... {names[-1]}"
+    return " and ".join(names)
+
+
 def _matches(config_requests: tuple[str, ...], request: str) -> bool:
     base = request.split("/", 1)[0]
     return request in config_requests or base in config_requests
@@ -256,7 +264,10 @@ def _kind_of(config: DeviceConfig) -> str:
 
 
 def get_config_results_map(
-    claim: AllocatedClaim, configs: list[OpaqueConfig], driver: str = DRIVER_NAME
+    claim: AllocatedClaim,
+    configs: list[OpaqueConfig],
+    driver: str = DRIVER_NAME,
+    published: Mapping[str, str] = PUBLISHED_DEVICES,
 ) -> list[tuple[OpaqueConfig, list[AllocationResult]]]:
     """Each of this driver's results under the config that applies to it, grouped per config.
 
@@ -271,11 +282,11 @@ def get_config_results_map(
     ]
     groups: dict[int, list[AllocationResult]] = {}
     for result in claim.own_results(driver):
-        typed = device_type(result.device)
+        typed = device_type(result.device, published)
         if typed is None:
             raise PermanentError(
                 f"requested device is not allocatable: {clip(result.device)} "
-                f"(this node publishes only {' and '.join(PUBLISHED_DEVICES)})"
+                f"(this node publishes only {_names(published)})"
             )
         kind = typed[0]
         chosen: int | None = None
@@ -301,10 +312,14 @@ def requested_non_admin_devices(claim: AllocatedClaim, driver: str = DRIVER_NAME
 
 
 def validate_no_overlapping_prepared_devices(
-    claim: AllocatedClaim, records: Iterable[ClaimRecord], driver: str = DRIVER_NAME
+    claim: AllocatedClaim,
+    records: Iterable[ClaimRecord],
+    driver: str = DRIVER_NAME,
+    shared: frozenset[str] = frozenset(),
 ) -> None:
-    """A non-admin device of this claim held non-admin by another completed claim: retriable error."""
-    wanted = set(requested_non_admin_devices(claim, driver))
+    """A non-admin device of this claim held non-admin by another completed claim: retriable error.
+    `shared`: devices many claims hold at once by design (a multi-allocatable device)."""
+    wanted = set(requested_non_admin_devices(claim, driver)) - shared
     for rec in records:
         if rec.claim_uid == claim.ref.uid or not rec.completed:
             continue

@@ -27,7 +27,7 @@ from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef, check_claim_ref, parse_claim
 from cdctl.plugin.metrics import DRIVER, PluginMetrics
 from cdctl.plugin.ports import ClusterPort
-from cdctl.plugin.prepare import DaemonNotReady, DeviceState
+from cdctl.plugin.prepare import DeviceState, WatchedWait
 
 log = structlog.get_logger("cdctl.plugin.driver")
 
@@ -76,12 +76,13 @@ def usable_cached_claim(obj: dict[str, Any], ref: ClaimRef, node: str, book: Cla
 
 
 async def pause(exc: RetriableError, delay: float, left: float) -> None:
-    """Wait `delay` before a retry; a DaemonNotReady's wake (a watch saying Ready) ends the wait early.
+    """Wait `delay` before a retry; a WatchedWait's wake (a watch saying Ready, or a channel assigned)
+    ends the wait early.
 
     A "not ready" that running watches gave is retried when they say Ready, with a timed retry only every
     WATCHED_NOT_READY_RECHECK_S (within the `left` of the call's budget) in case a watch stalls: on a big
     rack, each node retrying on the backoff re-read its claim up to ten times while its clique formed."""
-    if not isinstance(exc, DaemonNotReady):
+    if not isinstance(exc, WatchedWait):
         await asyncio.sleep(delay)
         return
     if exc.watched:

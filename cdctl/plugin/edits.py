@@ -4,17 +4,21 @@ Built the same way by a first Prepare (cdctl.plugin.prepare) and by the repair o
 (cdctl.plugin.repair), so a repaired spec or directory is exactly what the first Prepare wrote. A channel
 device carries the channel device nodes (none without a clique); a daemon device carries the domain's
 identity (env), the `fabric-imex-mgmt` capability node (with a clique) and the domain directory mounted at
-`/imexd`, which holds the IMEX config template `imexd.cfg.tmpl`.
+`/imexd`, which holds the IMEX config template `imexd.cfg.tmpl`. Under channel isolation with
+driver-managed IMEX the plugin keeps the shared daemon's directory the same way, with the node's clique ID
+beside the template.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
 from cdctl.api.refs import DomainInfo
+from cdctl.api.shareddaemon import CLIQUE_FILE
 from cdctl.plugin import cdi
 
 TEMPLATE_NAME = "compute-domain-daemon-config.tmpl.cfg"
@@ -42,13 +46,14 @@ class DeviceFacts:
 
 
 def channel_device(
-    claim_uid: str, device: str, count: int, clique: str, facts: DeviceFacts
+    claim_uid: str, device: str, channels: Iterable[int], clique: str, facts: DeviceFacts
 ) -> tuple[cdi.ClaimDevice | None, list[str]]:
-    """Channels [0, count) as device nodes and the claim's CDI id; neither without a clique."""
+    """The channels (domain isolation: [0, count); channel isolation: the domain's one) as device nodes
+    and the claim's CDI id; neither without a clique."""
     if not clique:
         return None, []
     major = facts.major(cdi.CHANNEL_DEVICE_MAJOR_NAME)
-    nodes = tuple(cdi.channel_device_node(n, major) for n in range(count))
+    nodes = tuple(cdi.channel_device_node(n, major) for n in channels)
     return cdi.ClaimDevice(device, cdi.ContainerEdits(device_nodes=nodes)), [
         cdi.claim_device_id(claim_uid, device)
     ]
@@ -88,3 +93,14 @@ def write_domain_dir(root: Path) -> None:
     tmp.write_text(template_text())
     tmp.chmod(0o644)
     tmp.replace(root / TEMPLATE_FILE)
+
+
+def write_shared_dir(root: Path, clique: str) -> None:
+    """The shared IMEX daemon's directory (channel isolation, driver-managed; cdctl.api.shareddaemon): the
+    IMEX config template, then the node's clique ID, each atomically, so a daemon that finds the clique
+    finds the template too."""
+    write_domain_dir(root)
+    tmp = root / f".{CLIQUE_FILE}.tmp"
+    tmp.write_text(f"{clique}\n")
+    tmp.chmod(0o644)
+    tmp.replace(root / CLIQUE_FILE)

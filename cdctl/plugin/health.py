@@ -78,6 +78,9 @@ class HealthInputs:
     driver_missing: str | None = None  # why there is no GPU driver on this node; then no device is served
     channel_major_problem: str | None = None  # HostManagedIMEX: why the channel major is not usable
     daemons: tuple[DaemonReading, ...] = ()
+    # Channel isolation: the shared channel devices the node publishes (cdctl.plugin.channels); each has the
+    # channel's health, and there is no daemon device.
+    shared_devices: tuple[str, ...] = ()
 
 
 def truncate(message: str) -> str:
@@ -123,7 +126,7 @@ def _channel(inputs: HealthInputs) -> tuple[Health, str]:
     problem = fabric_problem(fabric.gpus, inputs.clique_id, inputs.single_node)
     if problem is not None:
         return Health.UNHEALTHY, problem
-    if inputs.host_managed and inputs.channel_major_problem is not None:
+    if (inputs.host_managed or inputs.shared_devices) and inputs.channel_major_problem is not None:
         return Health.UNHEALTHY, f"IMEX channel device not usable: {inputs.channel_major_problem}"
     if inputs.clique_id:
         return Health.HEALTHY, f"NVLink fabric COMPLETED; clique {inputs.clique_id}"
@@ -147,10 +150,16 @@ def _daemon(inputs: HealthInputs, channel: tuple[Health, str]) -> tuple[Health, 
 
 def device_health(inputs: HealthInputs) -> list[DeviceReport]:
     """Every device the plugin serves with its health: `channel-0`, and `daemon-0` unless IMEX is
-    host-managed; nothing on a node without a GPU driver."""
+    host-managed (under channel isolation: each shared channel device); nothing on a node without a GPU
+    driver."""
     if inputs.driver_missing is not None:
         return []
     channel = _channel(inputs)
+    if inputs.shared_devices:
+        return [
+            DeviceReport(inputs.pool, name, channel[0], truncate(channel[1]))
+            for name in inputs.shared_devices
+        ]
     out = [DeviceReport(inputs.pool, CHANNEL_DEVICE, channel[0], truncate(channel[1]))]
     if not inputs.host_managed:
         daemon = _daemon(inputs, channel)

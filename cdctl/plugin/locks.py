@@ -11,7 +11,9 @@ must not race has its own guard, and none but the label decision is held across 
   across the label's PATCH, and only claims of that domain wait on it.
 * `DeviceHolds`: the check that a device is not allocated to a different claim is made again when a claim
   completes, and the devices are held from that check until its PrepareCompleted is durable: no await
-  between the check and the hold, so two claims cannot both complete on the same device.
+  between the check and the hold, so two claims cannot both complete on the same device. Under channel
+  isolation the IMEX channel held is the domain's number N, which claims of that domain share and no claim
+  of another domain may hold at once (the node-local fence, cdctl.plugin.channels).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import AsyncIterator, Iterable
 
 from cdctl.domain.claims import ClaimRecord
 from cdctl.domain.errors import RetriableError
+from cdctl.plugin.channels import fence
 from cdctl.plugin.devices import (
     AllocatedClaim,
     assert_imex_channel_not_allocated,
@@ -62,6 +65,7 @@ class DeviceHolds:
 
     def __init__(self) -> None:
         self._held: dict[str, frozenset[str]] = {}
+        self._channels: dict[str, tuple[int, str]] = {}  # claim uid -> (IMEX channel, domain uid)
 
     @staticmethod
     def _wanted(claim: AllocatedClaim, channel: bool) -> frozenset[str]:
@@ -89,8 +93,42 @@ class DeviceHolds:
                 )
         self._held[uid] = wanted
 
+    def take_shared(
+        self,
+        claim: AllocatedClaim,
+        records: Iterable[ClaimRecord],
+        *,
+        shared: frozenset[str],
+        channel: int,
+        domain_uid: str,
+    ) -> None:
+        """`take` under channel isolation: devices in `shared` may be held by many claims, and `channel`
+        only by claims of `domain_uid` (recorded or completing now); RetriableError otherwise."""
+        uid = claim.ref.uid
+        records = list(records)
+        validate_no_overlapping_prepared_devices(claim, records, shared=shared)
+        fence(records, channel, domain_uid, uid)
+        for other, (held, domain) in self._channels.items():
+            if other != uid and held == channel and domain != domain_uid:
+                raise RetriableError(
+                    f"IMEX channel {channel} is being prepared for claim {other} of ComputeDomain {domain}",
+                    delay=DEVICE_BUSY_DELAY,
+                )
+        wanted = frozenset(f"device {name}" for name in requested_non_admin_devices(claim)) - {
+            f"device {name}" for name in shared
+        }
+        for other, held_devices in self._held.items():
+            busy = sorted(wanted & held_devices)
+            if other != uid and busy:
+                raise RetriableError(
+                    f"{busy[0]} is being prepared for different claim {other}", delay=DEVICE_BUSY_DELAY
+                )
+        self._held[uid] = wanted
+        self._channels[uid] = (channel, domain_uid)
+
     def release(self, uid: str) -> None:
         self._held.pop(uid, None)
+        self._channels.pop(uid, None)
 
     def __len__(self) -> int:
         return len(self._held)

@@ -1,10 +1,10 @@
 """One health check of the node: read what the device health depends on and publish the outcome.
 
 Called by the plugin process's fabric loop (cdctl.plugin.app) every `fabric_reprobe_s` and on demand. It
-probes NVML (`FabricReading`), reads, under HostManagedIMEX, whether /proc/devices registers the IMEX channel
-major, asks the cluster port whether the IMEX daemon of each domain with a daemon claim prepared here is
-Ready, feeds that to the pure model (cdctl.plugin.health.device_health) and publishes the list on the
-`HealthBoard`. A
+probes NVML (`FabricReading`), reads, under HostManagedIMEX or channel isolation, whether /proc/devices
+registers the IMEX channel major, asks the cluster port whether the IMEX daemon of each domain with a daemon
+claim prepared here is Ready, feeds that to the pure model (cdctl.plugin.health.device_health) and publishes
+the list on the `HealthBoard`. A
 change of `channel-0`'s health is logged and recorded as an Event on the Node, so a degraded fabric shows
 both on the pods that hold the channel (allocatedResourcesStatus) and on the node.
 """
@@ -19,6 +19,7 @@ import structlog
 from cdctl.domain.errors import CdctlError
 from cdctl.k8s.errors import KubeApiError
 from cdctl.plugin import cdi
+from cdctl.plugin.channels import SharedChannels
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import DAEMON
 from cdctl.plugin.health import (
@@ -78,9 +79,10 @@ class NodeCheck:
         self.book = book
         self.cluster = cluster
         self.driver_missing: str | None = None
+        self.shared: SharedChannels | None = None  # channel isolation: the devices published, by name
 
     def _major_problem(self) -> str | None:
-        if not self.host_managed:
+        if not self.host_managed and self.shared is None:
             return None
         try:
             cdi.device_major(cdi.CHANNEL_DEVICE_MAJOR_NAME, self.proc_devices)
@@ -89,7 +91,7 @@ class NodeCheck:
         return None
 
     async def _daemons(self) -> tuple[DaemonReading, ...]:
-        if self.host_managed or self.book is None or self.cluster is None:
+        if self.host_managed or self.shared is not None or self.book is None or self.cluster is None:
             return ()
         domains = sorted({r.domain_uid for r in self.book.records() if r.completed and r.kind == DAEMON})
         out = []
@@ -120,6 +122,7 @@ class NodeCheck:
             driver_missing=self.driver_missing,
             channel_major_problem=await asyncio.to_thread(self._major_problem),
             daemons=await self._daemons(),
+            shared_devices=tuple(d.name for d in self.shared.devices()) if self.shared else (),
         )
         before = self.board.snapshot
         reports = device_health(inputs)
@@ -128,8 +131,9 @@ class NodeCheck:
         return reports
 
     async def _note_channel_change(self, old: tuple[DeviceReport, ...], new: list[DeviceReport]) -> None:
-        was = next((r for r in old if r.device == CHANNEL_DEVICE), None)
-        now = next((r for r in new if r.device == CHANNEL_DEVICE), None)
+        channel = CHANNEL_DEVICE if self.shared is None else (new[0].device if new else "")
+        was = next((r for r in old if r.device == channel), None)
+        now = next((r for r in new if r.device == channel), None)
         if now is None or (was is not None and was.health == now.health):
             return
         if now.health is Health.HEALTHY:

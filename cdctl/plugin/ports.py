@@ -44,5 +44,22 @@ class ClusterPort(Protocol):
         """Return once a watched copy says what `daemon_ready` asks (no request; may never return: callers
         bound the wait). It cuts the retry pause of a "not ready" Prepare short."""
 
+    async def clique_channel(self, domain: DomainInfo, clique_id: str) -> int | None:
+        """Channel isolation: the domain's IMEX channel in the clique, from its ComputeDomainClique's
+        `imexChannel` (None until the controller assigns one; a bad value is a RetriableError naming it)."""
+
+    async def until_channel(self, domain: DomainInfo, clique_id: str) -> None:
+        """Return once a watched copy of the clique object carries a channel (no request; may never
+        return: callers bound the wait)."""
+
+    async def shared_daemon_ready(self, node: str) -> bool:
+        """Channel isolation, driver-managed: whether the shared IMEX daemon's pod on `node` is Ready."""
+
+    def shared_daemon_watched(self) -> bool:
+        """Whether `shared_daemon_ready`'s "not ready" is the answer of a running watch."""
+
+    async def until_shared_daemon_ready(self, node: str) -> None:
+        """Return once the watched shared daemon pod on `node` is Ready (no request; may never return)."""
+
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
         """Record a Kubernetes Event on the Node (best effort)."""

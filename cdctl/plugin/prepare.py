@@ -16,6 +16,13 @@ the claim's stream. A daemon claim is prepared only for the controller's daemon 
 this node (cdctl.plugin.daemonclaims), checked before its domain directory is built. A repeated Prepare of a
 completed claim repairs a missing or changed CDI spec or domain directory before it answers
 (cdctl.plugin.repair).
+
+Under channel isolation (`isolation`, docs/channel-isolation.md) a channel claim names one of the node's
+shared channel devices and is prepared with its domain's channel in this node's clique, read from the
+clique object (cdctl.plugin.channels): allocationMode All is refused (permanent), a channel not assigned yet
+is waited for (retriable), a channel still held on this node by a completed claim of another domain is
+fenced (retriable), and under driver-managed IMEX the node's shared IMEX daemon must be Ready. No node label
+is written or removed in that mode.
 """
 
 from __future__ import annotations
@@ -30,18 +37,21 @@ from typing import Any
 import structlog
 
 from cdctl.api.configs import ALLOCATION_MODE_SINGLE, ChannelConfig, DaemonConfig, DeviceConfig
+from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, ImexIsolation
 from cdctl.api.refs import DomainInfo
 from cdctl.api.verbosity import V_DECISION
 from cdctl.domain import claims as c
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import DomainEvent
 from cdctl.plugin import cdi
+from cdctl.plugin import channels as ch
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.daemonclaims import DOMAINS_DIR, authorize_daemon_claim, domain_dir
 from cdctl.plugin.devices import (
     CHANNEL,
     DAEMON,
     MAX_CHANNELS,
+    PUBLISHED_DEVICES,
     AllocatedClaim,
     AllocationResult,
     ClaimRef,
@@ -70,30 +80,39 @@ HOST_MANAGED_ALLOCATION_MODES = ("", ALLOCATION_MODE_SINGLE)
 NO_CLIQUE_UNDER_HOST_MANAGED = "host-managed IMEX requires an NVLink clique on this node; NVML reports none"
 
 
-def check_host_managed_config(config: DeviceConfig) -> None:
+def check_host_managed_config(config: DeviceConfig, channel_isolation: bool = False) -> None:
     """HostManagedIMEX's explicit allowlist, ahead of generic validation: channel claims with allocationMode
-    unset or Single only (any other value, All included, is refused by name), and no daemon claims."""
+    unset or Single only (any other value, All included, is refused by name), and no daemon claims. Under
+    channel isolation the allocationMode rule is channel isolation's own (cdctl.plugin.channels)."""
     if isinstance(config, DaemonConfig):
         raise PermanentError(
             "daemon claims are disabled under HostManagedIMEX: the host's nvidia-imex owns the IMEX domain "
             "(no daemon device is published, no daemon claim template made: a stale or hand-made claim)"
         )
-    if config.allocation_mode not in HOST_MANAGED_ALLOCATION_MODES:
+    if not channel_isolation and config.allocation_mode not in HOST_MANAGED_ALLOCATION_MODES:
         raise PermanentError(
             f"allocationMode {config.allocation_mode} is not supported with HostManagedIMEX: "
             "only Single (or unset) is allowed, one channel (channel 0) per node"
         )
 
 
-class DaemonNotReady(RetriableError):
-    """This node's daemon of the domain is not Ready yet: retried; `wake()` returns when a watch says it is
-    Ready (the driver stops pausing then). `watched`: the answer came from running watches, so nothing but
-    that wake can change it."""
+class WatchedWait(RetriableError):
+    """A condition the watches will report: retried; `wake()` returns when a watch says it holds (the
+    driver stops pausing then). `watched`: the answer came from running watches, so nothing but that wake
+    can change it."""
 
     def __init__(self, message: str, wake: Callable[[], Awaitable[None]], watched: bool = False) -> None:
         super().__init__(message, delay=NOT_READY_DELAY)
         self.wake = wake
         self.watched = watched
+
+
+class DaemonNotReady(WatchedWait):
+    """This node's daemon of the domain (channel isolation: the node's shared daemon) is not Ready yet."""
+
+
+class ChannelNotAssigned(WatchedWait):
+    """Channel isolation: the controller has not published the domain's channel in this clique yet."""
 
 
 class PrepareFenced(PermanentError):
@@ -129,6 +148,25 @@ class PrepareSettings:
     fabric_imex_mgmt_cap: str = cdi.FABRIC_IMEX_MGMT_CAP
     host_managed: bool = False
     fsync: bool = True
+    isolation: ImexIsolation = ImexIsolation.DOMAIN
+    channel_slots: int = 0  # channel isolation: the slot devices this node may have published
+    channel_count: int = DEFAULT_CHANNEL_COUNT  # channel isolation: channels per IMEX domain
+
+    @property
+    def channel_isolation(self) -> bool:
+        return self.isolation is ImexIsolation.CHANNEL
+
+    @property
+    def published(self) -> dict[str, str]:
+        """Device name -> kind of every device a claim's allocation may name on this node."""
+        if self.channel_isolation:
+            return ch.shared_device_names(self.channel_slots)
+        return dict(PUBLISHED_DEVICES)
+
+    @property
+    def shared_devices(self) -> frozenset[str]:
+        """Devices many claims hold at once (the multi-allocatable channel device)."""
+        return frozenset({ch.SHARED_DEVICE}) if self.channel_isolation else frozenset()
 
 
 @dataclass
@@ -136,6 +174,8 @@ class _Prepared:
     devices: list[dict[str, Any]] = field(default_factory=list)
     cdi_devices: list[cdi.ClaimDevice] = field(default_factory=list)
     channel: bool = False  # a channel config was applied: the claim holds IMEX channel 0
+    imex_channel: int | None = None  # channel isolation: the domain's channel the claim holds
+    domain_uid: str = ""
 
 
 def _device_entry(result: AllocationResult, ids: list[str]) -> dict[str, Any]:
@@ -214,22 +254,31 @@ class DeviceState:
         log.info("prepare decision: prepare", claim=str(claim.ref), allocation=claim.allocation_id,
                  resumed=rec is not None, v=V_DECISION)  # fmt: skip
         await self._start(claim, rec)
-        validate_no_overlapping_prepared_devices(claim, self.book.records())
+        s = self.settings
+        validate_no_overlapping_prepared_devices(claim, self.book.records(), shared=s.shared_devices)
         obj = claim_object_name(claim.ref.namespace, claim.ref.name)
         configs = get_opaque_device_configs(claim.configs, strict=True, obj=obj)
         out = _Prepared()
-        for opaque, results in get_config_results_map(claim, configs):
-            if self.settings.host_managed:
-                check_host_managed_config(opaque.config)
+        for opaque, results in get_config_results_map(claim, configs, published=s.published):
+            if s.host_managed:
+                check_host_managed_config(opaque.config, s.channel_isolation)
             opaque.config.validate("default config" if opaque.default else obj)
-            if isinstance(opaque.config, ChannelConfig):
+            if isinstance(opaque.config, ChannelConfig) and s.channel_isolation:
+                await self._apply_shared_channel(claim, opaque.config, results, out)
+            elif isinstance(opaque.config, ChannelConfig):
                 await self._apply_channel(claim, opaque.config, results, out)
             else:
                 assert isinstance(opaque.config, DaemonConfig)
                 await self._apply_daemon(claim, opaque, results, out)
         # Other claims ran while this one waited on the API: check the devices again and hold them until
         # the completion is durable (no await between the check and the hold).
-        self.holds.take(claim, self.book.records(), channel=out.channel)
+        if out.imex_channel is not None:
+            self.holds.take_shared(
+                claim, self.book.records(), shared=s.shared_devices, channel=out.imex_channel,
+                domain_uid=out.domain_uid,
+            )  # fmt: skip
+        else:
+            self.holds.take(claim, self.book.records(), channel=out.channel)
         events: list[DomainEvent] = []
         ids = [i for d in out.devices for i in d["cdi_device_ids"]]
         if out.cdi_devices:
@@ -248,7 +297,7 @@ class DeviceState:
         s = self.settings
         ctx = RepairContext(
             s.plugin_dir, s.cdi_root, self.fabric.clique_id, self.facts, s.fsync,
-            lambda uid: self._domain(uid, "compute domain", permanent=True),
+            lambda uid: self._domain(uid, "compute domain", permanent=True), s.published,
         )  # fmt: skip
         repaired = await repair_completed(ctx, claim, rec)
         if repaired is not None:
@@ -258,13 +307,14 @@ class DeviceState:
         """Best-effort (kind, domain uid) for the PrepareStarted event; the strict pass comes after."""
         try:
             configs = get_opaque_device_configs(claim.configs, strict=False)
-            for opaque, _ in reversed(get_config_results_map(claim, configs)):
+            published = self.settings.published
+            for opaque, _ in reversed(get_config_results_map(claim, configs, published=published)):
                 kind = CHANNEL if isinstance(opaque.config, ChannelConfig) else DAEMON
                 return kind, opaque.config.domain_id
         except CdctlError:
             pass
         for r in claim.own_results():
-            typed = device_type(r.device)
+            typed = device_type(r.device, self.settings.published)
             if typed:
                 return typed[0], ""
         return "", ""
@@ -319,6 +369,18 @@ class DeviceState:
             raise RetriableError(f"{what} not found: {domain_id}", delay=NOT_READY_DELAY)
         return domain
 
+    async def _claim_domain(self, claim: AllocatedClaim, config: ChannelConfig) -> DomainInfo:
+        """The channel config's ComputeDomain, which must be in the claim's namespace (a tenant cannot name
+        another namespace's domain, nor so reach its channel), on a node whose fabric is ready."""
+        domain = await self._domain(config.domain_id, "ComputeDomain")
+        if domain.namespace != claim.ref.namespace:
+            raise PermanentError(
+                "the ResourceClaim's namespace is different than the ComputeDomain's namespace"
+            )
+        if self.fabric.pending is not None:
+            raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
+        return domain
+
     async def _apply_channel(
         self, claim: AllocatedClaim, config: ChannelConfig, results: list[AllocationResult], out: _Prepared
     ) -> None:
@@ -328,13 +390,7 @@ class DeviceState:
         count = MAX_CHANNELS if config.all_channels else 1
         uid = claim.ref.uid
         assert_imex_channel_not_allocated(self.book.records(), 0, uid)
-        domain = await self._domain(config.domain_id, "ComputeDomain")
-        if domain.namespace != claim.ref.namespace:
-            raise PermanentError(
-                "the ResourceClaim's namespace is different than the ComputeDomain's namespace"
-            )
-        if self.fabric.pending is not None:
-            raise RetriableError(f"NVLink fabric not ready on this node: {self.fabric.pending}", delay=2.0)
+        domain = await self._claim_domain(claim, config)
         clique = self.fabric.clique_id
         if s.host_managed and not clique:
             raise PermanentError(NO_CLIQUE_UNDER_HOST_MANAGED)
@@ -350,11 +406,57 @@ class DeviceState:
                     watched=self.cluster.readiness_watched(clique),
                 )
         result = results[0]
-        device, ids = channel_device(uid, result.device, count, clique, self.facts)
+        device, ids = channel_device(uid, result.device, range(count), clique, self.facts)
         if device is not None:
             out.cdi_devices.append(device)
         out.devices.append(_device_entry(result, ids))
         out.channel = True
+
+    async def _apply_shared_channel(
+        self, claim: AllocatedClaim, config: ChannelConfig, results: list[AllocationResult], out: _Prepared
+    ) -> None:
+        """Channel isolation: the domain's channel in this node's clique, fenced against other domains'
+        claims on this node, and (driver-managed) the node's shared IMEX daemon Ready."""
+        s = self.settings
+        if len(results) != 1:
+            raise PermanentError(f"applyComputeDomainChannelConfig: unexpected results: {len(results)}")
+        ch.check_channel_config(config.all_channels)
+        uid = claim.ref.uid
+        domain = await self._claim_domain(claim, config)
+        clique = self.fabric.clique_id
+        if not clique:
+            raise PermanentError(ch.NO_CLIQUE)
+        channel = await self.cluster.clique_channel(domain, clique)
+        if channel is None:
+            raise ChannelNotAssigned(
+                ch.waiting_for_channel(domain.namespace, domain.name, clique),
+                lambda: self.cluster.until_channel(domain, clique),
+                watched=self.cluster.readiness_watched(clique),
+            )
+        ch.fence(self.book.records(), channel, domain.uid, uid)
+        rec = self.book.get(uid)
+        held = rec.channels if rec is not None else ()
+        events: list[DomainEvent] = []
+        if held and held != (channel,):  # the clique's number changed between attempts
+            events.append(c.ChannelReleased(uid, s.node, held[0], len(held)))
+        if held != (channel,):
+            events.append(c.ChannelAllocated(uid, s.node, channel, domain.uid, 1))
+        if events:
+            await self._append(uid, events)
+        if not s.host_managed and not await self.cluster.shared_daemon_ready(s.node):
+            raise DaemonNotReady(
+                f"the shared IMEX daemon on this node is not ready (clique {clique})",
+                lambda: self.cluster.until_shared_daemon_ready(s.node),
+                watched=self.cluster.shared_daemon_watched(),
+            )
+        result = results[0]
+        device, ids = channel_device(uid, result.device, (channel,), clique, self.facts)
+        if device is not None:
+            out.cdi_devices.append(device)
+        out.devices.append(_device_entry(result, ids))
+        out.channel = True
+        out.imex_channel = channel
+        out.domain_uid = domain.uid
 
     async def _label(self, uid: str, domain_uid: str) -> None:
         """Label the node for the domain, the claim already recorded as one that holds the label: an
@@ -413,7 +515,8 @@ class DeviceState:
             if expected_version and rec.version != expected_version:
                 log.info("claim changed since the sweep looked; left alone", claim=str(ref))
                 return False
-            if rec.kind != CHANNEL or not rec.domain_uid or self.settings.host_managed:
+            s = self.settings
+            if rec.kind != CHANNEL or not rec.domain_uid or s.host_managed or s.channel_isolation:
                 await self._unprepared(ref, rec, reason)
                 return True
             async with self.label_locks.hold(rec.domain_uid):

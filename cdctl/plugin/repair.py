@@ -12,8 +12,8 @@ its owner cannot change), but its domain must still exist.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
@@ -25,6 +25,7 @@ from cdctl.plugin import cdi
 from cdctl.plugin.daemonclaims import domain_dir
 from cdctl.plugin.devices import (
     MAX_CHANNELS,
+    PUBLISHED_DEVICES,
     AllocatedClaim,
     get_config_results_map,
     get_opaque_device_configs,
@@ -51,6 +52,7 @@ class RepairContext:
     facts: DeviceFacts
     fsync: bool
     lookup_domain: Callable[[str], Awaitable[DomainInfo]]  # raises when the domain is gone
+    published: Mapping[str, str] = field(default_factory=lambda: dict(PUBLISHED_DEVICES))
 
 
 async def repair_completed(
@@ -62,11 +64,13 @@ async def repair_completed(
     configs = get_opaque_device_configs(claim.configs, strict=False)
     devices: list[cdi.ClaimDevice] = []
     roots: list[Path] = []
-    for opaque, results in get_config_results_map(claim, configs):
+    for opaque, results in get_config_results_map(claim, configs, published=ctx.published):
         result = results[0]
         if isinstance(opaque.config, ChannelConfig):
             count = len(rec.channels) or (MAX_CHANNELS if opaque.config.all_channels else 1)
-            device, _ = channel_device(uid, result.device, count, ctx.clique, ctx.facts)
+            # Domain isolation records channels [0, count); channel isolation the domain's one.
+            channels = rec.channels or range(count)
+            device, _ = channel_device(uid, result.device, channels, ctx.clique, ctx.facts)
             if device is not None:
                 devices.append(device)
         else:

@@ -201,7 +201,7 @@ GPU_TERMS = [
 
 def test_the_plugin_goes_only_to_gpu_nodes_by_default(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for scenario, objects in rendered.items():
-        pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+        pod = one(objects, "DaemonSet", "cdctl-kubelet-plugin")["spec"]["template"]["spec"]
         required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert required["nodeSelectorTerms"] == GPU_TERMS, scenario
 
@@ -233,7 +233,10 @@ def test_only_the_kubelet_plugin_is_privileged(rendered: dict[str, list[dict[str
             for c in o["spec"]["template"]["spec"]["containers"]
             if c.get("securityContext", {}).get("privileged")
         ]
-        assert privileged == [("cdctl-kubelet-plugin", "compute-domains")], scenario
+        expected = [("cdctl-kubelet-plugin", "compute-domains")]
+        if scenario == "channel-driver-managed":  # the shared IMEX daemon opens the IMEX devices itself
+            expected.insert(0, ("cdctl-imex-daemon", "imex"))
+        assert privileged == expected, scenario
 
 
 def test_feature_gates_reach_controller_and_plugin(helm_chart: hc.Chart) -> None:

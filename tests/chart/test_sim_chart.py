@@ -48,7 +48,10 @@ def test_daemon_service_accounts_match_helm(helm_chart: hc.Chart, scenario: str)
     ]
     ours = [sa["metadata"] for sa in sim_chart.daemon_service_accounts(NAMESPACE, values)]
     assert ours == helm_accounts
-    assert bool(ours) != sim_chart.feature_gates(sim_chart.merged_values(values))["HostManagedIMEX"]
+    merged = sim_chart.merged_values(values)
+    assert bool(ours) != (
+        sim_chart.feature_gates(merged)["HostManagedIMEX"] or sim_chart.channel_isolation(merged)
+    )
 
 
 def test_crds_match_helm(helm_chart: hc.Chart) -> None:

@@ -6,10 +6,11 @@ import asyncio
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,17 @@ async def eventually(condition: Callable[[], bool], timeout_s: float = 30, step_
     async with asyncio.timeout(timeout_s):
         while not condition():  # noqa: ASYNC110 - the condition lives in files and other processes
             await asyncio.sleep(step_s)
+
+
+@pytest.fixture
+async def rig(fake_imex: FakeImex) -> AsyncIterator[Any]:
+    """The daemon rig (tests.daemon.rig) on a fresh simulated API server; its daemons stopped at the end."""
+    from cdctl.sim.apiserver.server import ApiServer
+    from tests.daemon.rig import open_rig
+
+    async with ApiServer() as server:
+        rig = await open_rig(server, fake_imex)
+        try:
+            yield rig
+        finally:
+            await rig.close()

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-
-import pytest
 
 from cdctl.api.gates import parse_feature_gates
 from cdctl.daemon.app import DaemonApp
@@ -15,20 +12,8 @@ from cdctl.daemon.settings import DaemonSettings
 from cdctl.domain.errors import StoreError
 from cdctl.domain.retention import RetentionPolicy
 from cdctl.projections.replay import VerifyReport, verify_chain
-from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import SqliteEventStore
-from tests.daemon.conftest import FakeImex
-from tests.daemon.rig import Rig, open_rig
-
-
-@pytest.fixture
-async def rig(fake_imex: FakeImex) -> AsyncIterator[Rig]:
-    async with ApiServer() as server:
-        rig = await open_rig(server, fake_imex)
-        try:
-            yield rig
-        finally:
-            await rig.close()
+from tests.daemon.rig import Rig
 
 
 async def test_a_running_daemon_compacts_its_log(rig: Rig) -> None:

@@ -7,30 +7,16 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from cdctl.domain.computedomains import DaemonEntry
 from cdctl.domain.imex import HOSTS_HEADER, hosts_mapping
-from cdctl.sim.apiserver.server import ApiServer
 from cdctl.sim.node.fakeimex import Registry
-from tests.daemon.conftest import FakeImex, eventually
-from tests.daemon.rig import CLIQUE, Daemon, Rig, open_rig
+from tests.daemon.conftest import eventually
+from tests.daemon.rig import CLIQUE, Daemon, Rig
 
 UNUSED = "192.0.2.1"
 SLOT0, SLOT1 = "compute-domain-daemon-0000", "compute-domain-daemon-0001"
-
-
-@pytest.fixture
-async def rig(fake_imex: FakeImex) -> AsyncIterator[Rig]:
-    async with ApiServer() as server:
-        rig = await open_rig(server, fake_imex)
-        try:
-            yield rig
-        finally:
-            await rig.close()
 
 
 def _entry(daemon_node: str, ip: str, index: int) -> DaemonEntry:

@@ -57,6 +57,10 @@ class FakeCluster:
         self.paused: dict[str, asyncio.Event] = {}
         self.entered: dict[str, asyncio.Event] = {}
         self.label_log: list[tuple[str, str]] = []
+        # Channel isolation: (domain uid, clique) -> channel on its clique object; the shared daemon's nodes.
+        self.channels: dict[tuple[str, str], int] = {}
+        self.shared_ready: set[str] = set()
+        self._channels_changed = asyncio.Condition()
 
     @contextlib.asynccontextmanager
     async def _request(self, name: str) -> AsyncIterator[None]:
@@ -128,6 +132,31 @@ class FakeCluster:
         async with self._ready_changed:
             self.ready.add((domain_uid, node))
             self._ready_changed.notify_all()
+
+    async def clique_channel(self, domain: DomainInfo, clique_id: str) -> int | None:
+        async with self._request("clique_channel"):
+            return self.channels.get((domain.uid, clique_id))
+
+    async def until_channel(self, domain: DomainInfo, clique_id: str) -> None:
+        async with self._channels_changed:
+            await self._channels_changed.wait_for(lambda: (domain.uid, clique_id) in self.channels)
+
+    async def assign_channel(self, domain_uid: str, clique_id: str, channel: int) -> None:
+        """Like the controller publishing the channel on the clique object (wakes `until_channel`)."""
+        async with self._channels_changed:
+            self.channels[(domain_uid, clique_id)] = channel
+            self._channels_changed.notify_all()
+
+    async def shared_daemon_ready(self, node: str) -> bool:
+        async with self._request("shared_daemon_ready"):
+            return node in self.shared_ready
+
+    def shared_daemon_watched(self) -> bool:
+        return self.readiness_is_watched
+
+    async def until_shared_daemon_ready(self, node: str) -> None:
+        async with self._ready_changed:
+            await self._ready_changed.wait_for(lambda: node in self.shared_ready)
 
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
         async with self._request("node_event"):

@@ -164,3 +164,15 @@ async def test_the_board_sends_on_open_on_change_and_when_quiet() -> None:
     assert quiet.reports == tuple(b)
     await stream.aclose()
     assert board.watchers == 0
+
+
+def test_channel_isolation_reports_each_shared_device_with_the_channels_health() -> None:
+    shared = ("channel-slot-0", "channel-slot-1")
+    got = by_device(device_health(inputs(shared_devices=shared)))
+    assert got == {name: (Health.HEALTHY, f"NVLink fabric COMPLETED; clique {CLIQUE}") for name in shared}
+    degraded = by_device(
+        device_health(inputs(shared_devices=("channel",), fabric=FabricReading(gpus(status=17))))
+    )
+    assert list(degraded) == ["channel"] and degraded["channel"][0] is Health.UNHEALTHY
+    no_major = device_health(inputs(shared_devices=("channel",), channel_major_problem="no major"))
+    assert no_major[0].health is Health.UNHEALTHY and "no major" in no_major[0].message

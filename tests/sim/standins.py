@@ -23,8 +23,11 @@ def add_node(
     )
 
 
-def add_slice(store: ObjectStore, node: str, driver: str = DRIVER) -> dict[str, Any]:
-    devices = [
+def add_slice(
+    store: ObjectStore, node: str, driver: str = DRIVER, devices: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The node's slice: `devices` (v1 shape), by default channel-0 and daemon-0."""
+    devices = devices or [
         {"name": "channel-0", "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}},
         {"name": "daemon-0", "attributes": {"type": {"string": "daemon"}, "id": {"int": 0}}},
     ]

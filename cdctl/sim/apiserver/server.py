@@ -48,6 +48,7 @@ class ApiServer:
     ) -> None:
         self.settings = settings or ServerSettings()
         self.store = store or ObjectStore(history_window=self.settings.history_window)
+        self.store.features.dra_consumable_capacity = self.settings.dra_consumable_capacity
         self.faults = faults or FaultPlan()
         # Enforced for service-account tokens once roles are loaded (cdctl.sim.apiserver.rbac).
         self.rbac = Rbac()

@@ -17,3 +17,6 @@ class ServerSettings:
     default_watch_timeout_s: float = 1800.0  # when the client sends no timeoutSeconds
     disconnect_check_s: float = 5.0  # how often an idle watch checks that its client is still connected
     audit_limit: int = 50_000  # requests the audit log keeps (the oldest are dropped)
+    # DRA consumable capacity (alpha and off in the 1.34 this server reports; beta and on in 1.36): when off,
+    # writes drop its fields (cdctl.sim.apiserver.features).
+    dra_consumable_capacity: bool = False

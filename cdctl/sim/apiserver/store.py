@@ -33,6 +33,7 @@ from cdctl.sim.apiserver.errors import (
     NotFound,
     not_found,
 )
+from cdctl.sim.apiserver.features import FeatureGates, drop_disabled_fields
 from cdctl.sim.apiserver.identity import ADMIN, UserInfo
 from cdctl.sim.apiserver.patch import APPLY_PATCH, apply_patch
 from cdctl.sim.apiserver.policies import BINDING_KEY, POLICY_KEY, AdmissionPolicies, AdmissionRequest
@@ -77,6 +78,7 @@ class ObjectStore:
         self._revision = 0
         self._rng = random.Random(seed)
         self.policies = AdmissionPolicies(registry=self.registry)
+        self.features = FeatureGates()  # the server's feature gates (cdctl.sim.apiserver.features)
         for namespace in DEFAULT_NAMESPACES:
             self.create(self.type_of(*NAMESPACE_KEY), "", {"metadata": {"name": namespace}})
 
@@ -321,6 +323,7 @@ class ObjectStore:
         if resource_type.status_subresource and resource_type.storage_key != CRD_KEY:
             obj.pop("status", None)
         admission.apply_create_defaults(resource_type, obj)
+        drop_disabled_fields(self.features, resource_type, obj, None)
         obj = admission.admit(self.registry, resource_type, obj, None)
         self._admit_policies(
             "CREATE",
@@ -402,6 +405,7 @@ class ObjectStore:
                     f'{resource_type.kind} "{name}" is invalid: metadata.finalizers: Forbidden: '
                     "no new finalizers can be added if the object is being deleted"
                 )
+        drop_disabled_fields(self.features, resource_type, new, old)
         new = admission.admit(self.registry, resource_type, new, old)
         self._admit_policies(
             "UPDATE",

@@ -6,8 +6,11 @@ lifecycle controller found unreachable is tainted so), passes the extended-resou
 of cdctl.sim.controllers.placement, and can satisfy every claim), picks devices from the ResourceSlices
 published for that node whose DeviceClass and request CEL selectors match, honouring `exactly` /
 `firstAvailable`, `allocationMode` (ExactCount with `count`, or All), and never handing a device that any
-claim holds to another. It writes `status.allocation` (results with request/driver/pool/device, config from
-class and claim, node selector), adds the pod to `reservedFor`, and binds the pod (`spec.nodeName`).
+claim holds to another, except a multi-allocatable one (`allowMultipleAllocations`, DRA consumable
+capacity), which many claims share while its capacity lasts, each result with its `shareID` and
+`consumedCapacity` (cdctl.sim.controllers.devicecapacity). It writes `status.allocation` (results with
+request/driver/pool/device, config from class and claim, node selector), adds the pod to `reservedFor`, and
+binds the pod (`spec.nodeName`).
 Run by the rack via ControllerLoop; tests call `reconcile()`.
 """
 
@@ -23,6 +26,7 @@ from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.selectors import selector_from_match_labels
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.controllers.celdevices import SelectorError, device_context, selectors_match
+from cdctl.sim.controllers.devicecapacity import CapacityError, DeviceKey, Usage
 from cdctl.sim.controllers.nodematch import taints_allow
 from cdctl.sim.controllers.placement import Placement
 
@@ -32,8 +36,6 @@ NODES = ("", "nodes")
 CLAIMS = ("resource.k8s.io", "resourceclaims")
 SLICES = ("resource.k8s.io", "resourceslices")
 CLASSES = ("resource.k8s.io", "deviceclasses")
-
-DeviceKey = tuple[str, str, str]  # (driver, pool, device)
 
 
 class Unsatisfiable(Exception):
@@ -46,6 +48,7 @@ class Candidate:
     pool: str
     name: str
     context: dict[str, Any]
+    device: dict[str, Any]  # as the slice has it (allowMultipleAllocations, capacity)
 
     @property
     def key(self) -> DeviceKey:
@@ -58,13 +61,13 @@ class Allocator:
         self.kinds = (PODS, NODES, CLAIMS, SLICES, CLASSES)
 
     # ---- inventory -----------------------------------------------------------------------------------------
-    def _in_use(self) -> set[DeviceKey]:
+    def _in_use(self) -> Usage:
         claims, _ = self.store.list_objects(self.store.type_of(*CLAIMS), copies=False)
-        used: set[DeviceKey] = set()
+        used = Usage()
         for claim in claims:
             allocation = (claim.get("status") or {}).get("allocation") or {}
             for result in (allocation.get("devices") or {}).get("results") or []:
-                used.add((result["driver"], result["pool"], result["device"]))
+                used.add_result(result)
         return used
 
     def _devices_on(self, node: str) -> list[Candidate]:
@@ -81,6 +84,7 @@ class Allocator:
                         spec["pool"]["name"],
                         device["name"],
                         device_context(spec["driver"], device),
+                        device,
                     )
                 )
         return found
@@ -93,16 +97,21 @@ class Allocator:
 
     # ---- one request ---------------------------------------------------------------------------------------
     def _pick(
-        self, request_name: str, shape: dict[str, Any], devices: list[Candidate], taken: set[DeviceKey]
+        self, request_name: str, shape: dict[str, Any], devices: list[Candidate], taken: Usage
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         device_class = self._class(shape["deviceClassName"])
         selectors = list((device_class.get("spec") or {}).get("selectors") or []) + list(
             shape.get("selectors") or []
         )
+        room: dict[DeviceKey, dict[str, int]] = {}
         try:
-            matching = [d for d in devices if d.key not in taken and selectors_match(selectors, d.context)]
-        except SelectorError as error:
+            for d in devices:
+                amounts = taken.fits(d.key, d.device, shape)
+                if amounts is not None and selectors_match(selectors, d.context):
+                    room[d.key] = amounts
+        except (SelectorError, CapacityError) as error:
             raise Unsatisfiable(str(error)) from error
+        matching = [d for d in devices if d.key in room]
         if shape.get("allocationMode", "ExactCount") == "All":
             chosen = matching
             if not chosen:
@@ -114,9 +123,15 @@ class Allocator:
                     f"request {request_name}: {count} device(s) wanted, {len(matching)} available"
                 )
             chosen = matching[:count]
-        taken.update(d.key for d in chosen)
         results = [
-            {"request": request_name, "driver": d.driver, "pool": d.pool, "device": d.name} for d in chosen
+            {
+                "request": request_name,
+                "driver": d.driver,
+                "pool": d.pool,
+                "device": d.name,
+                **taken.take(d.key, d.device, room[d.key]),
+            }
+            for d in chosen
         ]
         class_config = [
             {"source": "FromClass", "requests": [request_name.split("/")[0]], **entry}
@@ -124,7 +139,7 @@ class Allocator:
         ]
         return results, class_config
 
-    def _allocate_claim(self, claim: dict[str, Any], node: str, taken: set[DeviceKey]) -> dict[str, Any]:
+    def _allocate_claim(self, claim: dict[str, Any], node: str, taken: Usage) -> dict[str, Any]:
         devices_spec = (claim.get("spec") or {}).get("devices") or {}
         devices = self._devices_on(node)
         results: list[dict[str, Any]] = []
@@ -134,14 +149,14 @@ class Allocator:
                 found, class_config = self._pick(request["name"], request["exactly"], devices, taken)
             else:
                 for sub in request.get("firstAvailable") or []:
-                    attempt = set(taken)
+                    attempt = taken.copy()
                     try:
                         found, class_config = self._pick(
                             f"{request['name']}/{sub['name']}", sub, devices, attempt
                         )
                     except Unsatisfiable:
                         continue
-                    taken.update(attempt)
+                    taken.adopt(attempt)
                     break
                 else:
                     raise Unsatisfiable(f"request {request['name']}: no subrequest can be satisfied")
@@ -176,9 +191,9 @@ class Allocator:
         ]
 
     def _plan(
-        self, claims: list[dict[str, Any]], node: str, in_use: set[DeviceKey]
+        self, claims: list[dict[str, Any]], node: str, in_use: Usage
     ) -> dict[str, dict[str, Any]] | None:
-        taken = set(in_use)
+        taken = in_use.copy()
         plan: dict[str, dict[str, Any]] = {}
         for claim in claims:
             if (claim.get("status") or {}).get("allocation"):
@@ -192,7 +207,7 @@ class Allocator:
                 return None
         return plan
 
-    def _schedule(self, pod: dict[str, Any], in_use: set[DeviceKey], placement: Placement) -> None:
+    def _schedule(self, pod: dict[str, Any], in_use: Usage, placement: Placement) -> None:
         namespace, pod_name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         names = claim_names(pod)
         if names is None:
@@ -223,7 +238,7 @@ class Allocator:
                 if claim["metadata"]["name"] in plan:
                     status["allocation"] = plan[claim["metadata"]["name"]]
                     for result in status["allocation"]["devices"]["results"]:
-                        in_use.add((result["driver"], result["pool"], result["device"]))
+                        in_use.add_result(result)
                 holders = list(status.get("reservedFor") or [])
                 if not any(r.get("uid") == reference["uid"] for r in holders):
                     holders.append(reference)

@@ -22,7 +22,7 @@ starts, is the shell twin of `ctl` in cdctl.sim.node.fakeimexctl. Used by the ra
 """
 
 # os.path rather than pathlib: see TYPE_CHECKING below.
-# ruff: noqa: PTH103, PTH105, PTH108, PTH118, PTH119
+# ruff: noqa: PTH103, PTH105, PTH108, PTH118
 from __future__ import annotations
 
 import os
@@ -126,12 +126,32 @@ def read_hosts(path: PathLike) -> dict[str, str]:
     return names
 
 
+def write_lines(target: str, lines: list[str]) -> None:
+    """Replace `target` with these lines at once (a hidden temporary file beside it, then a rename), making
+    its directory if need be: readers see the old file or the new one, never half of one."""
+    directory, name = os.path.split(target)
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as file:
+        file.write("".join(f"{line}\n" for line in lines))
+    os.replace(temporary, target)
+
+
+def remove_file(path: str) -> None:
+    """Remove `path`; one already gone is fine."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def _is_address(text: str) -> bool:
     parts = text.split(".")
     return (len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)) or ":" in text
 
 
 START_LOG = "starts.log"
+BY_NODE = "by-node"  # node name -> its local daemon (Registry.claim_node)
 NODE_NAME_ENV = "NODE_NAME"  # the daemon pod's node (downward API); the fake's child inherits it
 
 
@@ -151,13 +171,7 @@ class Registry:
         return os.path.join(self.directory, address.replace("/", "_"))
 
     def register(self, address: str, node_id: int, nodes: list[str]) -> None:
-        os.makedirs(self.directory, exist_ok=True)
-        target = self._file(address)
-        temporary = os.path.join(self.directory, f".{os.path.basename(target)}.{os.getpid()}.tmp")
-        lines = [str(os.getpid()), address, str(node_id), *nodes]
-        with open(temporary, "w", encoding="utf-8") as file:
-            file.write("".join(f"{line}\n" for line in lines))
-        os.replace(temporary, target)
+        write_lines(self._file(address), [str(os.getpid()), address, str(node_id), *nodes])
 
     def record_start(self, address: str, node_id: int) -> None:
         """Append this start to the start log (one short write in append mode: whole lines only)."""
@@ -203,21 +217,51 @@ class Registry:
     def unregister(self, address: str) -> None:
         entry = self._read(address)
         if entry is not None and entry["pid"] == os.getpid():
-            try:
-                os.unlink(self._file(address))
-            except FileNotFoundError:
-                pass
+            remove_file(self._file(address))
+
+    # ---- which daemon is a node's own (what the node's kernel driver talks to) -----------------------------
+    def _node_file(self, node: str) -> str:
+        return os.path.join(self.directory, BY_NODE, node.replace("/", "_"))
+
+    def claim_node(self, node: str, address: str, hosts_path: str) -> None:
+        """Record this process as `node`'s local IMEX daemon: pid, address, the hosts file its names resolve
+        through. A node runs one IMEX daemon at a time; the latest to start is the node's."""
+        write_lines(self._node_file(node), [str(os.getpid()), address, hosts_path])
+
+    def release_node(self, node: str) -> None:
+        local = self._read_node(node)
+        if local is not None and local["pid"] == os.getpid():
+            remove_file(self._node_file(node))
+
+    def _read_node(self, node: str) -> dict[str, Any] | None:
+        try:
+            pid, address, hosts_path = _read_text(self._node_file(node)).splitlines()[:3]
+            return {"pid": int(pid), "address": address, "hosts": hosts_path}
+        except (OSError, ValueError):
+            return None
+
+    def node_daemon(self, node: str) -> dict[str, Any] | None:
+        """The live IMEX daemon of `node`: its pid, address and hosts file; None when none runs there."""
+        local = self._read_node(node)
+        if local is None or self.entry(local["address"]) is None or not alive(local["pid"]):
+            return None
+        return local
 
     def entry(self, address: str) -> dict[str, Any] | None:
         """The registration of a live daemon at `address`, if any."""
         entry = self._read(address)
-        if entry is None:
-            return None
-        try:
-            os.kill(entry["pid"], 0)
-        except OSError:
-            return None
-        return entry
+        return entry if entry is not None and alive(entry["pid"]) else None
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (one of another user, which this one may not signal, does)."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def resolve(node: str, hosts: dict[str, str]) -> str | None:
@@ -273,6 +317,9 @@ def run_imex(config_path: str) -> int:
     node_id = own_node_id(config.address, nodes, hosts)  # fixed for the life of this process
     registry.record_start(config.address, node_id)
     registry.register(config.address, node_id, nodes)
+    node = os.environ.get(NODE_NAME_ENV, "")
+    if node:
+        registry.claim_node(node, config.address, os.environ.get(HOSTS_ENV, DEFAULT_HOSTS))
     print(
         f"IMEX daemon (fake) serving {config.address}:{config.server_port} as node {node_id}",
         file=sys.stderr,
@@ -284,6 +331,8 @@ def run_imex(config_path: str) -> int:
             print("IMEX daemon (fake): node list re-read", file=sys.stderr, flush=True)
     finally:
         registry.unregister(config.address)
+        if node:
+            registry.release_node(node)
     return 0
 
 

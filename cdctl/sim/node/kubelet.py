@@ -14,7 +14,9 @@ each running pod's `allocatedResourcesStatus` from it. Like the kubelet's pod wo
 starts each pod in its own task, so a prepare call that waits (a channel claim waiting for its node's IMEX
 daemon, up to the 45 s budget) does not hold back other pods on the node (that daemon's own pod) nor their
 readiness; so does each running pod prepared again after a restart (one waiting call holds back no other pod,
-and a pod that goes away has its call cancelled, as the pod worker's context is). Run by the rack; tests drive
+and a pod that goes away has its call cancelled, as the pod worker's context is); a pod that goes away is
+torn down in its own task too (its containers stopped, as long as their grace period takes, then its claims
+unprepared), so other pods of the node start meanwhile, as on a real node. Run by the rack; tests drive
 `sync()`, which starts pods one after another and returns when they are done.
 `restart(while_down)` stops the kubelet, runs `while_down` (a test deletes a CDI spec there) and starts it
 again, keeping what the real kubelet keeps in its checkpoint (the pods it runs and their claims; their
@@ -200,6 +202,7 @@ class SimKubelet:
         self._retry_at: dict[str, float] = {}
         self._deregistered_at: dict[str, float] = {}
         self._starting: dict[str, asyncio.Task[None]] = {}  # pod uid -> its start, in the running kubelet
+        self._stopping: dict[str, asyncio.Task[None]] = {}  # pod uid -> its teardown, in the running kubelet
         self._wake: Watcher | None = None
         self._reprepare: set[str] = set()  # running pods to prepare again (the kubelet restarted)
         self.health = HealthWatch(self.node_name, on_change=self._health_changed)
@@ -241,6 +244,11 @@ class SimKubelet:
         await self.health.stop()
         for uid in list(self._starting):
             await self._cancel_start(uid)
+        for uid in list(self._stopping):
+            stopping = self._stopping.pop(uid)
+            stopping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopping
 
     async def restart(self, while_down: Callable[[], None] | None = None) -> None:
         """Stop, run `while_down`, start: running pods are prepared again and their CDI devices resolved."""
@@ -384,16 +392,14 @@ class SimKubelet:
         """One pass. `wait=False` (the running kubelet) starts pods in background tasks instead of in turn."""
         await self.plugins.scan()
         self._wipe_slices_of_gone_drivers()
-        pods = self.store.pods_on_node(self.node_name)  # the kubelet's spec.nodeName field selector
-        live = {
-            p["metadata"]["uid"]: p
-            for p in pods
-            if not p["metadata"].get("deletionTimestamp")
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        }
+        live = self._live_pods()  # the kubelet's spec.nodeName field selector
         for uid in [u for u in {*self.running, *self.claim_refs, *self._starting} if u not in live]:
             if uid not in self._workers and uid not in self.running and uid not in self._starting:
                 continue  # known only from the DRA checkpoint: the DRA manager's reconcile unprepares it
+            if not wait:  # the pod's own worker: its containers' grace period holds back no other pod
+                if uid not in self._stopping:
+                    self._stopping[uid] = asyncio.create_task(self._teardown_in_background(uid))
+                continue
             await self._cancel_start(uid)
             await self._teardown(uid, live)
         self._workers.update(live)
@@ -419,6 +425,29 @@ class SimKubelet:
             )
         finally:
             self._starting.pop(uid, None)
+
+    async def _teardown_in_background(self, uid: str) -> None:
+        """Stop a gone pod's containers (as long as their grace period takes), then unprepare its claims that
+        no pod live by then still uses."""
+        try:
+            await self._cancel_start(uid)
+            running = self.running.get(uid)
+            if running is not None:
+                # Shielded: a kubelet restart mid-way leaves the container stopping, never untracked alive.
+                await asyncio.shield(self.runtime.stop(running.pod))
+            await self._teardown(uid, self._live_pods())
+        except ApiError as error:
+            log.warning("simulated kubelet %s: tearing down %s: %s", self.node_name, uid, error)
+        finally:
+            self._stopping.pop(uid, None)
+
+    def _live_pods(self) -> dict[str, dict[str, Any]]:
+        return {
+            p["metadata"]["uid"]: p
+            for p in self.store.pods_on_node(self.node_name)
+            if not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        }
 
     async def _prepare_again_in_background(self, uid: str) -> None:
         try:

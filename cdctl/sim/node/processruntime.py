@@ -13,10 +13,17 @@ command (the kubelet triggers it when the startup probe succeeds) and at every t
 after `successThreshold` passes or `failureThreshold` failures in a row. Without a readiness probe the
 container is Ready once started. Each change of readiness is handed to `on_change` (the rack wakes the
 node's kubelet, which writes the pod status); `probe_period_s`, when set, replaces every period (tests). An
-exited process is restarted (probes start over) unless `restartPolicy` is Never. Stop sends SIGTERM. Other
+exited process is restarted (probes start over) unless `restartPolicy` is Never. Stop sends SIGTERM, and
+SIGKILL after the pod's `terminationGracePeriodSeconds` (unset: STOP_GRACE_S). Other
 pods are Ready at once. `kill(pod)` is `kill -9` of the container (it and what it started die; the next
 readiness check restarts it, as the kubelet restarts a crashed container); `kill_node(node)` is the node
 losing power: every container there dies and is forgotten. Output goes to `<log_dir>/<namespace>_<pod>.log`.
+With `sandbox_dir`, each container gets the device nodes its resolved CDI edits name, as files under its own
+`<sandbox_dir>/<pod uid>/` (`c MAJOR:MINOR` at the container path; `$CDCTL_FAKE_DEV_ROOT` points there), so
+what runs inside sees the devices it was really given (cdctl.sim.node.fakeimexmem reads its IMEX channels
+there); `host_env(node)` is what the node's kernel tells a process (its identity, its /proc/devices), applied
+after the pod's own env so that a pod cannot choose it. `exec_in(pod uid, argv)` runs a command in a running
+container's environment, as `kubectl exec` does.
 The container and its exec probes run as the user the pod's securityContext or the image names
 (cdctl.sim.node.runas), switched to for real when this process is root, so a container that needs root and
 does not ask for it fails here as on a node.
@@ -30,6 +37,7 @@ import contextlib
 import logging
 import math
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -39,6 +47,7 @@ from typing import Any
 
 from cdctl.sim.apiserver.selectors import field_value
 from cdctl.sim.node.cdiresolver import resolve
+from cdctl.sim.node.fakeimexmem import DEV_ROOT_ENV
 from cdctl.sim.node.proctree import kill_tree
 from cdctl.sim.node.runas import RunAs, container_user, enforced
 
@@ -108,6 +117,8 @@ class ProcessRuntime:
     # to the pod (its service account, name, uid and node), handed to the container as KUBECONFIG. None: the
     # container gets base_env's KUBECONFIG.
     service_account_kubeconfig: Callable[[dict[str, Any]], Path] | None = None
+    sandbox_dir: Path | None = None  # None: containers get no device files (nothing reads them)
+    host_env: Callable[[str], dict[str, str]] | None = None  # node name -> what its kernel tells processes
     running: dict[str, _Running] = field(default_factory=dict)  # by pod uid
 
     @staticmethod
@@ -143,11 +154,16 @@ class ProcessRuntime:
             return
         node = str((pod.get("spec") or {}).get("nodeName", ""))
         env = dict(self.base_env)
-        env.update(resolve(self.cdi_dirs(node), cdi_devices).env)
+        edits = resolve(self.cdi_dirs(node), cdi_devices)
+        env.update(edits.env)
         env.update(container_env(pod, self._container(pod)))
         automount = (pod.get("spec") or {}).get("automountServiceAccountToken", True) is not False
         if self.service_account_kubeconfig is not None and automount:
             env["KUBECONFIG"] = str(self.service_account_kubeconfig(pod))
+        if self.host_env is not None:
+            env.update(self.host_env(node))
+        if self.sandbox_dir is not None:
+            env[DEV_ROOT_ENV] = str(self._make_devices(pod["metadata"]["uid"], edits.device_nodes))
         process = await self._spawn(pod, env)
         running = _Running(process, env, self.user_of(pod), node)
         self.running[pod["metadata"]["uid"]] = running
@@ -158,6 +174,50 @@ class ProcessRuntime:
             pod["metadata"]["name"],
             process.pid,
         )
+
+    def _sandbox(self, pod_uid: str) -> Path | None:
+        return None if self.sandbox_dir is None else self.sandbox_dir / pod_uid
+
+    def _make_devices(self, pod_uid: str, device_nodes: list[dict[str, Any]]) -> Path:
+        """The container's device nodes as files `c MAJOR:MINOR` under its sandbox (made afresh)."""
+        root = self.sandbox_dir / pod_uid if self.sandbox_dir is not None else Path(os.devnull)
+        shutil.rmtree(root, ignore_errors=True)
+        for node in device_nodes:
+            path = root / str(node.get("path") or "").lstrip("/")
+            if path == root or ".." in path.parts:
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            numbers = ":".join("-" if node.get(k) is None else str(node[k]) for k in ("major", "minor"))
+            path.write_text(f"{node.get('type') or 'c'} {numbers}\n")
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+    def _drop_sandbox(self, pod_uid: str) -> None:
+        sandbox = self._sandbox(pod_uid)
+        if sandbox is not None:
+            shutil.rmtree(sandbox, ignore_errors=True)
+
+    async def exec_in(self, pod_uid: str, argv: list[str], timeout_s: float = 30.0) -> tuple[int, str]:
+        """Run `argv` in the running container's environment, as its user (`kubectl exec`): the exit code and
+        the output. A container that does not run raises ProcessLookupError."""
+        running = self.running.get(pod_uid)
+        if running is None or running.process.returncode is not None:
+            raise ProcessLookupError(f"no running container for pod {pod_uid}")
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            env=running.env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            **self._as_user(running.user),
+        )
+        try:
+            output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            raise
+        return int(process.returncode or 0), output.decode(errors="replace").strip()
 
     async def ready(self, pod: dict[str, Any]) -> bool:
         """What the probes last said (restarting an exited container first, unless restartPolicy Never)."""
@@ -275,19 +335,24 @@ class ProcessRuntime:
             if running.process.returncode is None:
                 kill_tree(running.process.pid)
             await running.process.wait()
+            self._drop_sandbox(uid)
         return len(gone)
 
     async def stop(self, pod: dict[str, Any]) -> None:
         running = self.running.pop(pod["metadata"]["uid"], None)
         if running is None:
             return
+        self._drop_sandbox(pod["metadata"]["uid"])
         await self._stop_prober(running)
         if running.process.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError):
             running.process.send_signal(signal.SIGTERM)
+        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
         try:
-            await asyncio.wait_for(running.process.wait(), timeout=STOP_GRACE_S)
+            await asyncio.wait_for(
+                running.process.wait(), timeout=STOP_GRACE_S if grace is None else float(grace)
+            )
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 running.process.kill()

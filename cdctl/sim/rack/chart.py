@@ -6,10 +6,11 @@ one source of truth for them. Helm is not needed at runtime (helm-python-sdk is 
 
 - CRDs are the documents of `charts/cdctl/crds/*.yaml`, which Helm installs verbatim (no templating).
 - DeviceClasses come from `charts/cdctl/files/deviceclasses.yaml`, the list that
-  `templates/deviceclasses.yaml` renders for Helm. This module applies the same two rules as that template:
+  `templates/deviceclasses.yaml` renders for Helm. This module applies the same rules as that template:
   the class apiVersion (`resourceApiVersion`, else `resource.k8s.io/v1`, which is what Helm picks offline and
-  on any cluster serving v1), and leaving out `driverManagedOnly` classes when the effective `HostManagedIMEX`
-  gate is on. Helm's bookkeeping labels (`helm.sh/chart`, `app.kubernetes.io/*`) are not added.
+  on any cluster serving v1), leaving out `driverManagedOnly` classes when the effective `HostManagedIMEX`
+  gate is on, and keeping only the classes of the install's `imex.isolation`. Helm's bookkeeping labels
+  (`helm.sh/chart`, `app.kubernetes.io/*`) are not added.
 - The IMEX daemons' ServiceAccount (`daemon_service_accounts`), which `templates/rbac-daemon.yaml` renders in
   the release namespace and every `additionalNamespaces` entry unless HostManagedIMEX is on: without it the
   API server refuses the daemon pods. The other components run as processes here, not as pods, so their
@@ -47,6 +48,8 @@ from typing import Any
 
 import jsonschema
 import yaml
+
+from cdctl.api.shareddaemon import SHARED_DAEMON_COMPONENT, shared_daemon_name
 
 CHART_NAME = "cdctl"
 
@@ -243,6 +246,7 @@ def device_classes(
     directory = _resolve(chart)
     merged = merged_values(values, chart=directory)
     host_managed = feature_gates(merged)["HostManagedIMEX"]
+    isolation = "channel" if channel_isolation(merged) else "domain"
     if merged.get("resourceApiVersion"):
         api_version = f"resource.k8s.io/{merged['resourceApiVersion']}"
     else:
@@ -259,6 +263,7 @@ def device_classes(
         }
         for entry in classes
         if not (entry.get("driverManagedOnly") and host_managed)
+        and str(entry.get("isolation") or "domain") == isolation
     ]
 
 
@@ -280,7 +285,7 @@ def daemon_service_accounts(
 ) -> list[dict[str, Any]]:
     """The daemon ServiceAccounts Helm renders for a release in `namespace`: one per managed namespace."""
     merged = merged_values(values, chart=_resolve(chart))
-    if feature_gates(merged)["HostManagedIMEX"]:
+    if feature_gates(merged)["HostManagedIMEX"] or channel_isolation(merged):
         return []
     managed = list(dict.fromkeys([namespace, *(merged.get("additionalNamespaces") or [])]))
     return [
@@ -332,6 +337,8 @@ def admission_policies(
         "kubeletPlugin": [f"system:serviceaccount:{namespace}:{fullname}-kubelet-plugin"],
         "daemon": [f"system:serviceaccount:{ns}:compute-domain-daemon-service-account" for ns in managed],
     }
+    if not host_managed and channel_isolation(merged):  # the shared IMEX daemon, held as the daemons are
+        accounts["daemon"].append(f"system:serviceaccount:{namespace}:{shared_daemon_name(fullname)}")
     node_labels = plugin_node_labels(merged)
     constants = {
         "pluginNodeLabels": _cel_json(node_labels),
@@ -423,3 +430,81 @@ def http_ports(values: Mapping[str, Any] | None = None, *, chart: Path | None = 
         "controller": port(merged["controller"], "httpEndpoint"),
         "kubelet-plugin": port(merged["kubeletPlugin"], "computeDomainHttpEndpoint"),
     }
+
+
+def shared_daemon_objects(
+    namespace: str,
+    values: Mapping[str, Any] | None = None,
+    *,
+    release: str = CHART_NAME,
+    chart: Path | None = None,
+) -> list[dict[str, Any]]:
+    """templates/imex-daemon.yaml for a release in `namespace`: the shared IMEX daemon's ServiceAccount, Role,
+    RoleBinding and DaemonSet (channel isolation with driver-managed IMEX; none otherwise). Helm's
+    bookkeeping labels are left out, and the container's volumes: the simulated runtime gives the daemon its
+    node's shared directory itself (cdctl.sim.node.daemonruntime)."""
+    merged = merged_values(values, chart=_resolve(chart))
+    if feature_gates(merged)["HostManagedIMEX"] or not channel_isolation(merged):
+        return []
+    name = shared_daemon_name(_fullname(merged, release))
+    labels = {"app.kubernetes.io/component": SHARED_DAEMON_COMPONENT}
+    selector = {
+        "app.kubernetes.io/name": str(merged.get("nameOverride") or CHART_NAME),
+        "app.kubernetes.io/instance": release,
+        **labels,
+    }
+    meta = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    field = {
+        "NODE_NAME": "spec.nodeName", "POD_IP": "status.podIP", "POD_NAME": "metadata.name",
+        "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid",
+    }  # fmt: skip
+    env: list[dict[str, Any]] = [
+        {"name": key, "valueFrom": {"fieldRef": {"fieldPath": path}}} for key, path in field.items()
+    ]
+    env += [
+        {"name": key, "value": str(value)}
+        for key, value in (
+            ("IMEX_SHARED_DAEMON", "true"),
+            ("IMEXD_DIR", "/imexd"),
+            ("MAX_NODES_PER_IMEX_DOMAIN", merged["maxNodesPerIMEXDomain"]),
+            ("LOG_VERBOSITY", merged["daemonLogVerbosity"]),
+            ("LOG_FORMAT", merged["logFormat"]),
+            ("CDCTL_RETENTION_AGE", merged["eventLog"]["retention"]["age"]),
+            ("CDCTL_RETENTION_SIZE", merged["eventLog"]["retention"]["size"]),
+            ("NVIDIA_VISIBLE_DEVICES", "void"),
+        )
+    ]
+    container = {
+        "name": "imex",
+        "command": ["cdctl", "daemon", "run", "--shared"],
+        "securityContext": {"runAsUser": 0, "runAsGroup": 0, "privileged": True},
+        "env": env,
+        "readinessProbe": {
+            "exec": {"command": ["cdctl", "daemon", "check", "--shared"]},
+            "periodSeconds": 2,
+            "timeoutSeconds": 10,
+            "failureThreshold": 3,
+        },
+    }
+    pod_spec: dict[str, Any] = {"serviceAccountName": name, "containers": [container]}
+    pod_spec.update(plugin_placement(values, chart=chart))
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
+        {
+            "apiVersion": rbac, "kind": "Role", "metadata": dict(meta),
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]}],
+        },
+        {
+            "apiVersion": rbac, "kind": "RoleBinding", "metadata": dict(meta),
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        },
+        {
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": dict(meta),
+            "spec": {
+                "selector": {"matchLabels": selector},
+                "template": {"metadata": {"labels": dict(selector)}, "spec": pod_spec},
+            },
+        },
+    ]  # fmt: skip

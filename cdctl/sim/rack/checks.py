@@ -2,7 +2,9 @@
 
 - `worker_states(rack, namespace, job)`: every pod of a job with its node, phase, channel claim progress
   and whether the CDI devices its kubelet recorded resolve (through the node's CDI specs, as the container
-  runtime does) to the device node `/dev/nvidia-caps-imex-channels/channel0`.
+  runtime does) to the device node `/dev/nvidia-caps-imex-channels/channel0`; with `channel_isolation`, the
+  channels they resolve to (`channel_numbers`: the minors of character devices of the node's channel
+  major), and a worker is done once it runs Ready with exactly one channel other than 0.
 - `node_states(rack)`: per node, whether its plugin is registered and how its daemon pods are doing.
 - `leftovers(rack, namespaces)`: everything a deleted ComputeDomain and job must not leave behind: pods and
   ResourceClaims, claims the kubelets still hold, claim CDI spec files, ComputeDomain node labels, daemon
@@ -30,6 +32,7 @@ from cdctl.sim.apiserver.errors import NotFound
 from cdctl.sim.controllers.daemonsets import pod_is_ready
 from cdctl.sim.controllers.jobs import JOB_NAME_LABEL
 from cdctl.sim.node.cdiresolver import UnresolvableDevice, resolve
+from cdctl.sim.node.fakeimexmem import CHANNEL_DIR, channel_major
 from cdctl.sim.rack.launch import Rack
 
 CHANNEL0_DEVICE = "/dev/nvidia-caps-imex-channels/channel0"
@@ -45,9 +48,19 @@ class WorkerState:
     phase: str
     claim: str  # "", "created", "allocated", "reserved", "prepared"
     channel0: bool
+    channels: tuple[int, ...] = ()  # the IMEX channels its devices resolve to (channel isolation)
+    ready: bool = False
+    channel_isolation: bool = False
+
+    @property
+    def channel(self) -> int | None:
+        """Its one channel under channel isolation (None: none, or more than one)."""
+        return self.channels[0] if len(self.channels) == 1 else None
 
     @property
     def done(self) -> bool:
+        if self.channel_isolation:  # Ready: its container runs (and exported, where workers run)
+            return self.phase == "Running" and self.ready and self.channel not in (None, 0)
         return self.phase == "Running" and self.channel0
 
 
@@ -89,16 +102,45 @@ def has_channel0(rack: Rack, node: str, cdi_devices: list[str]) -> bool:
     return any(d.get("path") == CHANNEL0_DEVICE for d in edits.device_nodes)
 
 
+def channel_numbers(rack: Rack, node: str, cdi_devices: list[str]) -> tuple[int, ...]:
+    """The IMEX channels the CDI devices resolve to on the node: character devices under the channel
+    directory whose major is the node's `nvidia-caps-imex-channels`, by minor (what the driver goes by)."""
+    if not cdi_devices:
+        return ()
+    try:
+        edits = resolve([rack.cdi_root(node)], cdi_devices)
+    except UnresolvableDevice:
+        return ()
+    major = channel_major(str(rack.cluster.driver_files(node).proc_devices))
+    return tuple(
+        sorted(
+            {
+                int(d["minor"])
+                for d in edits.device_nodes
+                if str(d.get("path", "")).startswith(f"{CHANNEL_DIR}/")
+                and (d.get("type") or "c") == "c"
+                and d.get("major") == major
+                and d.get("minor") is not None
+            }
+        )
+    )
+
+
 def worker_states(
     rack: Rack,
     namespace: str,
     job: str,
     verified: set[str] | None = None,
     listed: list[dict[str, Any]] | None = None,
+    *,
+    channel_isolation: bool = False,
+    seen_channels: dict[str, tuple[int, ...]] | None = None,
 ) -> list[WorkerState]:
-    """The job's pods by name. `verified` caches pod uids already seen with channel0; `listed` is the
-    namespace's pods when the caller has them (one list for several jobs: the store copies every object)."""
+    """The job's pods by name. `verified` caches pod uids already seen with channel0, `seen_channels` the
+    channels of pods already resolved; `listed` is the namespace's pods when the caller has them (one list
+    for several jobs: the store copies every object)."""
     verified = verified if verified is not None else set()
+    seen_channels = seen_channels if seen_channels is not None else {}
     pods = [
         p
         for p in (listed if listed is not None else _list(rack, "", "pods", namespace))
@@ -117,6 +159,10 @@ def worker_states(
             and has_channel0(rack, node, kubelet.cdi_devices(uid))
         ):
             verified.add(uid)
+        if channel_isolation and prepared and uid not in seen_channels and kubelet is not None:
+            found = channel_numbers(rack, node, kubelet.cdi_devices(uid))
+            if found:
+                seen_channels[uid] = found
         states.append(
             WorkerState(
                 pod["metadata"]["name"],
@@ -125,6 +171,9 @@ def worker_states(
                 str((pod.get("status") or {}).get("phase", "Pending")),
                 _claim_progress(rack, pod, prepared),
                 uid in verified,
+                seen_channels.get(uid, ()) if prepared else (),
+                pod_is_ready(pod),
+                channel_isolation,
             )
         )
     return states
@@ -141,7 +190,9 @@ class NodeState:
 
 def node_states(rack: Rack) -> list[NodeState]:
     daemon_pods = [
-        p for p in _list(rack, "", "pods", rack.settings.driver_namespace) if rack.runtime.is_daemon_pod(p)
+        p
+        for p in _list(rack, "", "pods", rack.settings.driver_namespace)
+        if rack.runtime.is_daemon_pod(p) or rack.runtime.is_shared_daemon_pod(p)
     ]
     registered = rack.registered_nodes()
     states = []
@@ -155,21 +206,29 @@ def node_states(rack: Rack) -> list[NodeState]:
     return states
 
 
+def log_rows(db: Path, query: str) -> list[tuple[Any, ...]]:
+    """The rows of a query over a component's event log, opened read-only (as `cdctl sql` does) while the
+    component may be writing it."""
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10.0)
+    try:
+        return connection.execute(query).fetchall()
+    finally:
+        connection.close()
+
+
 def unprepared_in_log(db: Path) -> list[str]:
     """Claims the plugin's event log shows prepared or pending and not unprepared since (a claim invalidated
     by a reboot holds nothing: its CDI spec and channel went with the old boot)."""
     if not db.exists():
         return []
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
     try:
-        rows = connection.execute(
+        rows = log_rows(
+            db,
             "SELECT claim_uid, name, state FROM claim_lifecycle"
-            " WHERE unprepared_at IS NULL AND state != 'Invalidated'"
-        ).fetchall()
+            " WHERE unprepared_at IS NULL AND state != 'Invalidated'",
+        )
     except sqlite3.OperationalError:
         return []
-    finally:
-        connection.close()
     return [f"{name or uid} is {state}" for uid, name, state in rows]
 
 
@@ -208,8 +267,8 @@ def leftovers(rack: Rack, namespaces: list[str], job_names: list[str]) -> list[s
                 where = f"{metadata.get('namespace', '')}/{metadata['name']}"
                 extra = " (finalizer set)" if FINALIZER in (metadata.get("finalizers") or []) else ""
                 found.append(f"{obj.get('kind', plural)} {where} still exists{extra}")
-    if rack.runtime.running:
-        found.append(f"{len(rack.runtime.running)} daemon processes still run")
+    if rack.runtime.domain_containers():  # the shared IMEX daemons stay: the install's, not a domain's
+        found.append(f"{len(rack.runtime.domain_containers())} daemon or worker containers still run")
     return found
 
 

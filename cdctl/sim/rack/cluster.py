@@ -37,7 +37,7 @@ from cdctl.sim.controllers.controllerloop import ControllerLoop
 from cdctl.sim.controllers.daemonsets import DaemonSetController
 from cdctl.sim.controllers.nodelifecycle import NodeLifecycleController
 from cdctl.sim.controllers.podgc import PodGarbageCollector
-from cdctl.sim.node import fakeimex
+from cdctl.sim.node import fakeimex, fakeimexmem
 from cdctl.sim.node.fakedriver import DriverFiles, write_driver_files
 from cdctl.sim.node.kubelet import ImmediateRuntime, NodeRouter, PodRuntime, SimKubelet
 from cdctl.sim.node.topology import Topology, build_topology
@@ -137,8 +137,13 @@ class SimCluster:
         registry for the whole cluster (installed at start)."""
         return {
             "PATH": f"{self.work_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-            fakeimex.REGISTRY_ENV: str(self.work_dir / "imex-registry"),
+            fakeimex.REGISTRY_ENV: str(self.imex_registry_dir),
         }
+
+    @property
+    def imex_registry_dir(self) -> Path:
+        """The fake IMEX registry of the whole cluster: daemons, which is each node's, exported buffers."""
+        return self.work_dir / "imex-registry"
 
     def write_kubeconfig(self, path: Path) -> Path:
         return self.apiserver.write_kubeconfig(path)
@@ -149,6 +154,8 @@ class SimCluster:
 
     async def start(self) -> None:
         fakeimex.install_executables(self.work_dir / "bin")
+        fakeimexmem.install_executable(self.work_dir / "bin")
+        fakeimexmem.prepare_registry(self.imex_registry_dir)
         for node in self.topology.all_nodes():
             self.registry_dir(node).mkdir(parents=True, exist_ok=True)
             self._driver_files[node] = write_driver_files(self.node_dir(node) / "driver")

@@ -3,11 +3,11 @@
 `controller_command` and `plugin_command` build each component's command line with the flags the chart would
 set (driver namespace, feature gates, per-node plugin, registration and CDI directories, the fake NVML (a spec
 file the rack rewrites, probed every `fabric_probe_s`) and fake `/proc` driver files, one event log per
-process) as the arguments after `cdctl`; `Component.launch` starts it, through the fork server
-(cdctl.sim.node.forkserver) when one is given, else as the console script, with its output in a log file, and
-`stop()` sends SIGTERM and waits (SIGKILL after a grace period); `kill()` is `kill -9`
-(cdctl.sim.node.proctree). The simulated API server has no rate limit, so client-side throttling is off. Used
-by cdctl.sim.rack.launch.
+process, and under channel isolation `isolation_flags`) as the arguments after `cdctl`; `Component.launch`
+starts it, through the fork server (cdctl.sim.node.forkserver) when one is given, else as the console script,
+with its output in a log file, and `stop()` sends SIGTERM and waits (SIGKILL after a grace period); `kill()`
+is `kill -9` (cdctl.sim.node.proctree). The simulated API server has no rate limit, so client-side throttling
+is off. Used by cdctl.sim.rack.launch.
 """
 
 from __future__ import annotations
@@ -40,6 +40,20 @@ def cdctl_argv() -> list[str]:
     return [found] if found else [sys.executable, "-m", "cdctl"]
 
 
+def isolation_flags(settings: RackSettings, *, controller: bool) -> list[str]:
+    """The chart's channel isolation flags (none under `domain`, today's command lines unchanged): the channel
+    count for the controller's allocator and the plugins' check of a published channel, the slot devices for
+    the plugins."""
+    if not settings.channel_isolation:
+        return []
+    flags = ["--imex-isolation", settings.isolation]
+    if settings.imex_channel_count is not None:
+        flags += ["--imex-channel-count", str(settings.imex_channel_count)]
+    if not controller and settings.channel_slots is not None:
+        flags += ["--channel-slots", str(settings.channel_slots)]
+    return flags
+
+
 def controller_command(
     settings: RackSettings, kubeconfig: Path, db: Path, topology: Topology, pod: str = CONTROLLER_POD
 ) -> list[str]:
@@ -56,6 +70,7 @@ def controller_command(
         "--kube-api-qps", "0",
         "--feature-gates", settings.feature_gates,
         "--db", str(db),
+        *isolation_flags(settings, controller=True),
     ]  # fmt: skip
 
 
@@ -80,6 +95,7 @@ def plugin_command(
         "--proc-devices", str(files.proc_devices),
         "--fabric-imex-mgmt-cap", str(files.fabric_imex_mgmt_cap),
         "--boot-id-path", str(files.boot_id),
+        *isolation_flags(settings, controller=False),
     ]  # fmt: skip
 
 

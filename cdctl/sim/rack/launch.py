@@ -23,7 +23,10 @@
    daemons' probes from a second, small one that imported only `cdctl daemon check`, unless
    `fork_server=False`: each is still its own process, without a second of imports apiece. The daemon pods are
    probed as their spec says (its startupProbe, then at once and every period its readinessProbe:
-   `probe_period_s=None`).
+   `probe_period_s=None`). Host-managed mode runs the host's own `nvidia-imex` on every GPU node instead
+   (cdctl.sim.node.hostimex: its node list the clique's node addresses, one IMEX domain per clique);
+5. where the settings run workers (channel isolation), the worker pods too, as containers that see the device
+   nodes their CDI edits gave them and their node (cdctl.sim.node.processruntime, `exec_in`).
 It returns once every plugin has registered with its kubelet and published its ResourceSlice. A component can
 be started again alone (`launch_controller`, `launch_plugin`), as its StatefulSet or DaemonSet and the kubelet
 would after it died (cdctl.sim.rack.faults); `label_gpu_node` labels a node registered anew. Leaving the block
@@ -46,11 +49,14 @@ from typing import Any
 from cdctl.domain.computedomains import DRIVER_NAME
 from cdctl.sim.apiserver.errors import AlreadyExists
 from cdctl.sim.apiserver.identity import service_account_token
+from cdctl.sim.apiserver.settings import ServerSettings
 from cdctl.sim.controllers.controllerloop import ControllerLoop
 from cdctl.sim.controllers.jobs import JobController, serve_jobs
 from cdctl.sim.controllers.nodematch import pod_fits_node
+from cdctl.sim.node import fakeimexmem
 from cdctl.sim.node.daemonruntime import DaemonPodRuntime
 from cdctl.sim.node.forkserver import ForkServer
+from cdctl.sim.node.hostimex import HostImex
 from cdctl.sim.node.topology import GPUS_PER_NODE, FabricState, build_topology
 from cdctl.sim.rack.chart import (
     CHART_NAME,
@@ -60,6 +66,7 @@ from cdctl.sim.rack.chart import (
     daemon_service_accounts,
     http_ports,
     plugin_placement,
+    shared_daemon_objects,
 )
 from cdctl.sim.rack.cluster import SimCluster
 from cdctl.sim.rack.componentpods import LOCAL_HOST, ComponentPods
@@ -81,7 +88,14 @@ FORK_SERVER_PRELOAD = [
 ]  # fmt: skip
 # What the daemons' probes (`cdctl daemon check`) import: a fork of this small server costs half as much.
 PROBE_SERVER_PRELOAD = ["cdctl.cli.main", "cdctl.cli.daemon"]
-_PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "DeviceClass": "deviceclasses"}
+_PLURALS = {
+    "CustomResourceDefinition": "customresourcedefinitions",
+    "DeviceClass": "deviceclasses",
+    "ServiceAccount": "serviceaccounts",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "DaemonSet": "daemonsets",
+}
 
 
 class RackStartError(Exception):
@@ -108,18 +122,22 @@ class Rack:
         self.runtime = DaemonPodRuntime(
             self.work_dir,
             settings.driver_namespace,
-            selects=self._is_daemon_pod,
+            selects=self._runs_container,
             cdi_dirs=lambda node: [self.cdi_root(node)],
             log_dir=self.logs_dir / "pods",
             base_env=self.base_env,
             probe_period_s=settings.probe_period_s,
             service_account_kubeconfig=self._pod_kubeconfig,
+            sandbox_dir=self.work_dir / "containers" if settings.runs_workers else None,
+            host_env=self._host_env,
         )
+        self.host_imex = HostImex(self.work_dir, self.base_env)
         # Each kubelet also passes every tick (probes, retries); on a big rack that adds up in this process.
         tick_s = max(KUBELET_TICK_S, len(self.topology.nodes) / NODES_PER_KUBELET_TICK_S)
         self.cluster = SimCluster(
             self.work_dir,
             self.topology,
+            settings=ServerSettings(dra_consumable_capacity=settings.dra_consumable_capacity),
             runtime=self.runtime,
             kubelet_tick_s=tick_s,
             timings=settings.node_timings,
@@ -160,8 +178,33 @@ class Rack:
         if kubelet is not None:
             kubelet.poke()
 
-    def _is_daemon_pod(self, pod: dict[str, Any]) -> bool:
-        return not self.settings.host_managed and self.runtime.is_daemon_pod(pod)
+    def _runs_container(self, pod: dict[str, Any]) -> bool:
+        """Daemon pods (driver-managed), and workers where the settings run them (any pod outside the driver
+        namespace: the components there run as processes of their own)."""
+        if self.runtime.runs(pod):
+            return not self.settings.host_managed
+        return (
+            self.settings.runs_workers and pod["metadata"].get("namespace") != self.settings.driver_namespace
+        )
+
+    def _host_env(self, node: str) -> dict[str, str]:
+        """What the node's kernel tells a container: which node it is, its /proc/devices."""
+        proc_devices = self.cluster.driver_files(node).proc_devices
+        return {fakeimexmem.HOST_ENV: node, fakeimexmem.PROC_DEVICES_ENV: str(proc_devices)}
+
+    async def exec_in(self, pod_uid: str, argv: list[str]) -> tuple[int, str]:
+        """`kubectl exec` into a running container: its exit code and output."""
+        return await self.runtime.exec_in(pod_uid, argv)
+
+    async def _start_host_imex(self) -> None:
+        """Host-managed: the operator's nvidia-imex.service on every GPU node, spanning its clique."""
+        addresses = {name: self.cluster.kubelets[name].node_ip for name in self.topology.nodes}
+        for name, fake in self.topology.nodes.items():
+            if fake.clique_id:
+                peers = [
+                    addresses[n] for n, f in self.topology.nodes.items() if f.clique_id == fake.clique_id
+                ]
+                await self.host_imex.start(name, addresses[name], peers)
 
     # ---- start ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -182,6 +225,8 @@ class Rack:
         self.base_env.update(SSL_CERT_FILE=str(trust / "none.pem"), SSL_CERT_DIR=str(trust / "certs"))
         self._install_chart()
         self._label_gpu_nodes()
+        if self.settings.host_managed:
+            await self._start_host_imex()
         if self.settings.fork_server:
             self.fork_server = await ForkServer.start(FORK_SERVER_PRELOAD, env=self.base_env)
             self.runtime.fork_server = self.fork_server
@@ -197,7 +242,13 @@ class Rack:
             self.store.create(self.store.type_of(group, plural), namespace, obj)
 
     def chart_values(self) -> dict[str, Any]:
-        return {"featureGates": {"HostManagedIMEX": self.settings.host_managed}}
+        values: dict[str, Any] = {"featureGates": {"HostManagedIMEX": self.settings.host_managed}}
+        if self.settings.channel_isolation:
+            compute_domains: dict[str, Any] = {"imex": {"isolation": self.settings.isolation}}
+            if self.settings.imex_channel_count is not None:
+                compute_domains["imexChannelCount"] = self.settings.imex_channel_count
+            values["resources"] = {"computeDomains": compute_domains}
+        return values
 
     def nvml_spec_file(self, node: str) -> Path:
         return self.cluster.node_dir(node) / "fake-nvml"
@@ -231,6 +282,10 @@ class Rack:
             self._create("", "namespaces", "", {"metadata": {"name": self.settings.rack_domains_namespace}})
         for account in daemon_service_accounts(self.settings.driver_namespace, values):
             self._create("", "serviceaccounts", self.settings.driver_namespace, account)
+        # Channel isolation, driver-managed: the shared IMEX daemon's account, Role, binding and DaemonSet.
+        for obj in shared_daemon_objects(self.settings.driver_namespace, values):
+            group = obj["apiVersion"].rpartition("/")[0]
+            self._create(group, _PLURALS[obj["kind"]], self.settings.driver_namespace, obj)
         if self.collector_account:
             collector = {"metadata": {"name": self.collector_account}}
             self._create("", "serviceaccounts", self.settings.driver_namespace, collector)
@@ -475,6 +530,7 @@ class Rack:
         for loop in self.cluster.controllers:
             await loop.stop()
         await self.runtime.stop_all()
+        await self.host_imex.stop_all()
         components = [*self.plugins.values(), *self.controllers.values()]
         await asyncio.gather(*(c.stop() for c in components))
         for server in (self.fork_server, self.probe_server):

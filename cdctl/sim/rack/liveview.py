@@ -7,7 +7,8 @@ rack as it stood when the domain formed (not the empty table teardown leaves). O
 interactive it prints each step's name as it begins instead. `summary(...)` renders the final figures, each
 step once: formation time beside its target, a table of the start-up, formation and teardown steps (each
 step's own time, and the time since its phase began), where every event log is, the formation timeline
-page, commands to explore them, and the verdict. Used by cdctl.sim.rack.rackcommand.
+page, commands to explore them, under channel isolation which domain got which channel and the workers'
+import checks, and the verdict. Used by cdctl.sim.rack.rackcommand.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cdctl.api.shareddaemon import SHARED_DIR
 from cdctl.invocation import cdctl_command, on_path_hint
+from cdctl.sim.rack.checks import WorkerState
 from cdctl.sim.rack.launch import Rack, StartTimings
 from cdctl.sim.rack.scenario import FORMATION_STEPS, Progress, ScenarioReport, formation_target
 
@@ -44,15 +47,36 @@ def _mark(ok: bool, text: str = "") -> Text:
     return Text(text or ("yes" if ok else "no"), style="green" if ok else "dim")
 
 
+def _pods_cell(workers: list[WorkerState]) -> Text:
+    """Several workers on a node (channel isolation): how many of each job, and their IMEX channels."""
+    jobs: dict[str, int] = {}
+    for worker in workers:
+        job = worker.name.rsplit("-", 1)[0]
+        jobs[job] = jobs.get(job, 0) + 1
+    return Text(", ".join(f"{job} x{count}" for job, count in sorted(jobs.items())))
+
+
+def _channels_cell(workers: list[WorkerState]) -> Text:
+    channels = sorted({c for w in workers for c in w.channels})
+    return _mark(bool(channels), " ".join(str(c) for c in channels) or "-")
+
+
 def progress_table(progress: Progress, with_steps: bool = True) -> RenderableType:
-    workers = {w.node: w for states in progress.workers.values() for w in states if w.node}
+    by_node: dict[str, list[WorkerState]] = {}
+    for states in progress.workers.values():
+        for w in states:
+            if w.node:
+                by_node.setdefault(w.node, []).append(w)
+    isolated = any(w.channel_isolation for ws in by_node.values() for w in ws)
     table = Table(
         title=f"{progress.phase}  [{progress.elapsed_s:5.1f} s]", expand=False, title_justify="left"
     )
-    for column in ("node", "clique", "plugin", "daemon", "worker", "channel claim", "channel0"):
+    last = "channels" if isolated else "channel0"
+    for column in ("node", "clique", "plugin", "daemon", "worker", "channel claim", last):
         table.add_column(column)
     for node in progress.nodes[:MAX_ROWS]:
-        worker = workers.get(node.name)
+        here = by_node.get(node.name, [])
+        worker = here[0] if here else None
         daemon = (
             _mark(node.daemons_ready > 0, f"{node.daemons_ready}/{node.daemons} ready")
             if node.daemons
@@ -63,9 +87,9 @@ def progress_table(progress: Progress, with_steps: bool = True) -> RenderableTyp
             node.clique.rsplit(".", 1)[-1] if node.clique else "-",
             _mark(node.plugin, "registered" if node.plugin else "starting"),
             daemon,
-            f"{worker.name} ({worker.phase})" if worker else "",
+            _pods_cell(here) if isolated else (f"{worker.name} ({worker.phase})" if worker else ""),
             Text(worker.claim or "-", style=_CLAIM_STYLE.get(worker.claim, "")) if worker else Text(""),
-            _mark(worker.channel0) if worker else Text(""),
+            _channels_cell(here) if isolated else (_mark(worker.channel0) if worker else Text("")),
         )
     if len(progress.nodes) > MAX_ROWS:
         table.caption = f"... and {len(progress.nodes) - MAX_ROWS} more nodes"
@@ -141,7 +165,9 @@ def _step_rows(steps: Sequence[tuple[str, float]]) -> list[tuple[str, float, flo
     return out
 
 
-def formation_line(report: ScenarioReport, nodes: int) -> Text | None:
+def formation_line(
+    report: ScenarioReport, nodes: int, workers: int | None = None, channel_isolation: bool = False
+) -> Text | None:
     """`formation: 1.39 s (target for 18 nodes: < 3 s, met) ...`."""
     if report.formation_s is None:
         return None
@@ -153,9 +179,10 @@ def formation_line(report: ScenarioReport, nodes: int) -> Text | None:
         beside = f" (target for {size} nodes: < {limit:g} s, {verdict})"
     if report.load_average is not None:
         beside += f" at load average {report.load_average:.2f} on {os.cpu_count()} cores"
+    held = "their domain's channel" if channel_isolation else "channel0"
     return Text(
-        f"formation: {report.formation_s:.2f} s{beside}: ComputeDomain created -> the last of {nodes}"
-        " workers Running with channel0",
+        f"formation: {report.formation_s:.2f} s{beside}: ComputeDomain created -> the last of "
+        f"{workers or nodes} workers Running with {held}",
         style="bold",
     )
 
@@ -194,7 +221,7 @@ def steps_table(timings: StartTimings, report: ScenarioReport) -> Table:
 def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
     lines: list[RenderableType] = []
     nodes = len(rack.topology.nodes)
-    headline = formation_line(report, nodes)
+    headline = formation_line(report, nodes, report.workers or nodes, report.isolation is not None)
     if headline is not None:
         lines.append(headline)
     lines.append(steps_table(rack.timings, report))
@@ -206,7 +233,10 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
     if plugin_logs:
         pattern = str(rack.plugin_db("NODE")).replace("NODE", "<node>")
         lines.append(Text(f"  kubelet plugins ({len(plugin_logs)}): {pattern}"))
-    if daemon_logs:
+    if daemon_logs and rack.settings.channel_isolation:
+        pattern = str(rack.plugin_db("NODE").parent / SHARED_DIR / "events.db").replace("NODE", "<node>")
+        lines.append(Text(f"  shared IMEX daemons ({len(daemon_logs)}): {pattern}"))
+    elif daemon_logs:
         pattern = str(rack.plugin_db("NODE").parent / "domains" / "DOMAIN" / "events.db")
         pattern = pattern.replace("NODE", "<node>").replace("DOMAIN", "<domain>")
         kept = "imex-history/<domain>.db once gone"
@@ -233,10 +263,26 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
     hint = on_path_hint()
     if hint:
         lines.append(Text(f"  {hint}"))
-    if report.ok:
+    if report.isolation is not None:
+        lines.append(Text("IMEX channels (what each domain's workers hold, by clique):", style="bold"))
+        lines += [Text(f"  {line}") for line in report.isolation.lines()]
         lines.append(
             Text(
-                "every check held: all workers ran with channel0, and nothing was left behind",
+                f"  imports inside the workers: {report.isolation.same_domain_imports} within a domain "
+                f"(must succeed), {report.isolation.cross_domain_imports} across domains (must be refused)"
+            )
+        )
+        lines.append(
+            Text(
+                f"  assignments: {cdctl} sql --db {shlex.quote(str(rack.controller_db))} "
+                f"{shlex.quote('SELECT * FROM channel_assignments')}"
+            )
+        )
+    if report.ok:
+        held = "their domain's channel" if report.isolation is not None else "channel0"
+        lines.append(
+            Text(
+                f"every check held: all workers ran with {held}, and nothing was left behind",
                 style="bold green",
             )
         )

@@ -5,7 +5,12 @@ worker ran with channel0 and teardown left nothing behind; 1 otherwise (the summ
 `rack_domains` the controller creates one domain per rack and each rack's job uses it (cdctl.domain.racks).
 With `hold_s` the formed rack is kept running that long (or until Ctrl-C) before the teardown, and the
 commands that look at it are printed: `kubectl` and `cdctl collect` with the rack's kubeconfig (the API
-server's address and an admin token, `<directory>/kubeconfig`). Called by cdctl.cli.sim.
+server's address and an admin token, `<directory>/kubeconfig`).
+With `isolation="channel"` (`RackOptions`) several domains share the rack(s): `domains` ComputeDomains, each
+in its own namespace (`team-a`, `team-b`, ...), each with a job per rack of single-GPU pods (the rack's GPUs
+split evenly unless `pods_per_domain` says otherwise), so that several pods of a domain share a node and
+domains share nodes; the summary says which domain got which channel and how the workers' imports went.
+Called by cdctl.cli.sim.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ import contextlib
 import shlex
 import signal
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
+from cdctl.api.isolation import ImexIsolation
 from cdctl.domain.racks import rack_domain_name
 from cdctl.invocation import cdctl_command
-from cdctl.sim.node.topology import build_topology
+from cdctl.sim.node.topology import GPUS_PER_NODE, build_topology
 from cdctl.sim.rack.launch import Rack, RackStartError
 from cdctl.sim.rack.liveview import LiveView, summary
 from cdctl.sim.rack.scenario import DomainPlan, ScenarioReport, run_scenario
@@ -85,9 +92,10 @@ async def _run(
 ) -> tuple[Rack, ScenarioReport | None, str]:
     rack = Rack(settings)
     nodes = len(rack.topology.nodes)
+    isolation = f", {settings.isolation} isolation" if settings.channel_isolation else ""
     console.print(
         f"[bold]cdctl sim rack[/bold]: {settings.racks} x {settings.nodes_per_rack}-node GB200 rack(s), "
-        f"{settings.mode}; "
+        f"{settings.mode}{isolation}; "
         f"starting the API server, 1 controller and {nodes} kubelet-plugin processes in {settings.work_dir}"
     )
     try:
@@ -114,23 +122,103 @@ def rack_domain_plans(nodes: int, racks: int) -> list[DomainPlan]:
     return [DomainPlan(rack_domain_name(c), DOMAIN_NAMESPACE, workers=nodes, rack=c) for c in cliques]
 
 
+@dataclass(frozen=True)
+class RackOptions:
+    """`cdctl sim rack`'s channel isolation options."""
+
+    isolation: str = ImexIsolation.DOMAIN.value
+    domains: int = 1
+    pods_per_domain: int | None = None  # per rack; None: the rack's GPUs split evenly
+    imex_channel_count: int | None = None
+
+    def problem(self, nodes: int, rack_domains: bool) -> str | None:
+        """Why these options cannot run, naming the flag; None when they can."""
+        channel = self.isolation == ImexIsolation.CHANNEL.value
+        if not channel:
+            flags = [
+                flag
+                for flag, given in (
+                    ("--domains", self.domains != 1),
+                    ("--pods-per-domain", self.pods_per_domain is not None),
+                    ("--imex-channel-count", self.imex_channel_count is not None),
+                )
+                if given
+            ]
+            if flags:
+                return f"{', '.join(flags)} need --isolation channel"
+            return None
+        if rack_domains:
+            return "--rack-domains and --isolation channel cannot be combined"
+        if self.pods(nodes) < 1:
+            return f"--domains {self.domains} leaves no GPU for a pod on {nodes} nodes"
+        if self.pods(nodes) * self.domains > nodes * GPUS_PER_NODE:
+            return (
+                f"--domains {self.domains} x --pods-per-domain {self.pods(nodes)} single-GPU pods do not fit "
+                f"the {nodes * GPUS_PER_NODE} GPUs of a {nodes}-node rack"
+            )
+        return None
+
+    def pods(self, nodes: int) -> int:
+        if self.pods_per_domain is not None:
+            return self.pods_per_domain
+        return nodes * GPUS_PER_NODE // self.domains
+
+
+def shared_rack_plans(nodes: int, racks: int, options: RackOptions) -> list[DomainPlan]:
+    """Channel isolation: `options.domains` domains, one namespace each, single-GPU pods on every rack."""
+    return [
+        DomainPlan(
+            f"cd-{letter}",
+            f"team-{letter}",
+            workers=options.pods(nodes),
+            jobs=racks,
+            gpus_per_pod=1,
+        )
+        for letter in (_letters(index) for index in range(options.domains))
+    ]
+
+
+def _letters(index: int) -> str:
+    """a, b, ..., z, aa, ab, ...: a name part for the index-th domain."""
+    name = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        name = chr(ord("a") + rest) + name
+    return name
+
+
 def run_rack_command(
-    directory: Path, nodes: int, racks: int, mode: str, rack_domains: bool = False, hold_s: float = 0.0
+    directory: Path,
+    nodes: int,
+    racks: int,
+    mode: str,
+    rack_domains: bool = False,
+    options: RackOptions | None = None,
+    hold_s: float = 0.0,
 ) -> int:
     console = Console()
-    problem = work_dir_problem(directory)
+    options = options or RackOptions()
+    problem = work_dir_problem(directory) or options.problem(nodes, rack_domains)
     if problem:
         console.print(f"cdctl sim rack: {problem}", style="red")
         return 2
     namespace = DOMAIN_NAMESPACE if rack_domains else ""
     settings = RackSettings(
-        directory, racks=racks, nodes_per_rack=nodes, mode=mode, rack_domains_namespace=namespace
+        directory,
+        racks=racks,
+        nodes_per_rack=nodes,
+        mode=mode,
+        rack_domains_namespace=namespace,
+        isolation=options.isolation,
+        imex_channel_count=options.imex_channel_count,
     )
-    plans = (
-        rack_domain_plans(nodes, racks)
-        if rack_domains
-        else [DomainPlan(DOMAIN_NAME, DOMAIN_NAMESPACE, workers=nodes, jobs=racks)]
-    )
+    if settings.channel_isolation:
+        plans = shared_rack_plans(nodes, racks, options)
+    elif rack_domains:
+        plans = rack_domain_plans(nodes, racks)
+    else:
+        plans = [DomainPlan(DOMAIN_NAME, DOMAIN_NAMESPACE, workers=nodes, jobs=racks)]
     rack, report, failure = asyncio.run(_run(console, settings, plans, hold_s))
     if report is None:
         console.print(f"cdctl sim rack: the rack did not start: {failure}", style="red")

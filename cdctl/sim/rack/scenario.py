@@ -10,6 +10,9 @@ formation time (first domain created -> every claim prepared), the teardown time
 `ok` is true only when every check held. A plan with a `rack` (`cdctl sim rack --rack-domains`) uses the
 domain the controller created when that rack joined (template `imex-channel-<name>`) instead of creating one,
 and its teardown takes the rack's nodes out (their rack label removed) so that the controller deletes it.
+Under channel isolation a worker is formed once it runs Ready with one channel other than 0, and once all
+are, the workers prove their isolation (cdctl.sim.rack.isolation: imports within a domain succeed, across
+domains fail); `ScenarioReport.isolation` holds which domain got which channel.
 Used by `cdctl sim rack`, the integration tests and the benchmark.
 """
 
@@ -25,6 +28,7 @@ from datetime import UTC, datetime
 from cdctl.domain.racks import channel_template_name as rack_template_name
 from cdctl.sim.apiserver.errors import AlreadyExists, NotFound
 from cdctl.sim.apiserver.watch import StoredEvent
+from cdctl.sim.node.topology import GPUS_PER_NODE
 from cdctl.sim.rack.checks import (
     CD_GROUP,
     RESOURCE_GROUP,
@@ -37,6 +41,7 @@ from cdctl.sim.rack.checks import (
     node_states,
     worker_states,
 )
+from cdctl.sim.rack.isolation import DomainWorkers, IsolationReport, prove_isolation
 from cdctl.sim.rack.launch import CLIQUE_LABEL, Rack
 from cdctl.sim.rack.timelines import Timelines
 from cdctl.sim.rack.workload import channel_template_name, compute_domain, worker_job
@@ -47,7 +52,9 @@ FORMATION_TARGETS_S = {18: 3.0, 144: 15.0}
 CREATE_STEP = "create ComputeDomains"
 TEMPLATES_STEP = "controller creates channel templates"
 WORKERS_STEP = "workers Running with channel0"
-FORMATION_STEPS = (CREATE_STEP, TEMPLATES_STEP, WORKERS_STEP)
+WORKERS_CHANNEL_STEP = "workers Running with their domain's channel"  # channel isolation
+IMPORTS_STEP = "workers' imports: within domains succeed, across fail"  # channel isolation, once formed
+FORMATION_STEPS = (CREATE_STEP, TEMPLATES_STEP, WORKERS_STEP, WORKERS_CHANNEL_STEP, IMPORTS_STEP)
 POLL_S = 0.05
 NODES_PER_POLL_S = 400  # a poll passes over every pod, in the process that serves the cluster
 PODS = ("", "pods")
@@ -63,6 +70,8 @@ class DomainPlan:
     jobs: int = 1
     rack: str = ""  # the rack label's value when the controller creates the domain for the rack
     num_nodes: int | None = None  # the domain's spec.numNodes; None: as many as its workers (0: elastic)
+    gpus_per_pod: int = GPUS_PER_NODE  # 1: single-GPU pods, several on a node (channel isolation)
+    node_selector: tuple[tuple[str, str], ...] = ()  # the jobs' pods' nodeSelector (pin a domain to a rack)
 
     @property
     def template(self) -> str:
@@ -76,7 +85,13 @@ class DomainPlan:
 
     @property
     def nodes(self) -> int:
+        """The domain's pods (one per node unless its pods are smaller than a node)."""
         return self.workers * self.jobs
+
+    def spec_num_nodes(self) -> int:
+        if self.num_nodes is not None:
+            return self.num_nodes
+        return -(-self.nodes * self.gpus_per_pod // GPUS_PER_NODE)
 
 
 @dataclass
@@ -97,6 +112,8 @@ class ScenarioReport:
     domain_uids: dict[str, str] = field(default_factory=dict)
     formed_at: datetime | None = None
     load_average: float | None = None  # the 1-minute load average when the domain formed
+    isolation: IsolationReport | None = None  # channel isolation: channels held and the import checks
+    workers: int = 0  # worker pods the plans asked for
     problems: list[str] = field(default_factory=list)
     timelines: Timelines | None = None  # what `cdctl sim rack` drew at the end (cdctl.sim.rack.timelines)
 
@@ -129,15 +146,45 @@ class _Runner:
         self.report = ScenarioReport()
         self.started = time.perf_counter()
         self.verified: set[str] = set()
+        self.channels: dict[str, tuple[int, ...]] = {}
         self.phase = ""
 
     def workers(self) -> dict[str, list[WorkerState]]:
         pods = {ns: list_pods(self.rack, ns) for ns in {p.namespace for p in self.plans}}
         return {
-            job: worker_states(self.rack, p.namespace, job, self.verified, pods[p.namespace])
+            job: worker_states(
+                self.rack,
+                p.namespace,
+                job,
+                self.verified,
+                pods[p.namespace],
+                channel_isolation=self.rack.settings.channel_isolation,
+                seen_channels=self.channels,
+            )
             for p in self.plans
             for job in p.job_names
         }
+
+    async def prove_isolation(self) -> None:
+        """The workers' imports, within and across domains (channel isolation)."""
+        began = time.perf_counter()
+        states = self.workers()
+        domains = [
+            DomainWorkers(
+                p.name,
+                p.namespace,
+                self.report.domain_uids.get(p.name, ""),
+                [w for job in p.job_names for w in states[job]],
+            )
+            for p in self.plans
+        ]
+        self.report.isolation = await prove_isolation(self.rack, domains)
+        self.report.problems += self.report.isolation.problems
+        self.report.steps.append((IMPORTS_STEP, time.perf_counter() - began))
+
+    @property
+    def channel_words(self) -> str:
+        return "their domain's channel" if self.rack.settings.channel_isolation else "channel0"
 
     def show(self, workers: dict[str, list[WorkerState]] | None = None) -> None:
         if self.observe is not None:
@@ -200,14 +247,13 @@ class _Runner:
                 pass
         created_at = time.perf_counter()
         created: dict[str, float] = {}
+        self.report.workers = sum(p.nodes for p in self.plans)
         for plan in (p for p in self.plans if not p.rack):
             obj = self.create(
                 CD_GROUP,
                 "computedomains",
                 plan.namespace,
-                compute_domain(
-                    plan.name, plan.namespace, plan.nodes if plan.num_nodes is None else plan.num_nodes
-                ),
+                compute_domain(plan.name, plan.namespace, plan.spec_num_nodes()),
             )
             created[plan.name] = time.perf_counter()
             self.report.domain_uids[plan.name] = str(obj["metadata"]["uid"])  # type: ignore[index]
@@ -248,7 +294,7 @@ class _Runner:
             waiting = [w.name for pods in states.values() for w in pods if not w.done]
             short = sum(p.nodes for p in self.plans) - sum(len(pods) for pods in states.values())
             if waiting or short:
-                return f"{len(waiting)} workers not Running with channel0, {short} not created"
+                return f"{len(waiting)} workers not Running with {self.channel_words}, {short} not created"
             return None
 
         self.rack.store.hub.listeners.append(note_running)
@@ -260,9 +306,18 @@ class _Runner:
                     self.report.domain_uids[plan.name] = str(domain["metadata"]["uid"])
                     created[plan.name] = created_at
                 for job in plan.job_names:
-                    body = worker_job(job, plan.namespace, plan.workers, plan.template)
+                    body = worker_job(
+                        job,
+                        plan.namespace,
+                        plan.workers,
+                        plan.template,
+                        plan.gpus_per_pod,
+                        dict(plan.node_selector),
+                    )
                     self.create("batch", "jobs", plan.namespace, body)
-            await self.step(WORKERS_STEP, not_formed)
+            await self.step(
+                WORKERS_CHANNEL_STEP if self.rack.settings.channel_isolation else WORKERS_STEP, not_formed
+            )
         finally:
             self.rack.store.hub.listeners.remove(note_running)
         self.report.formation_s = max(formed.values()) - created_at
@@ -318,6 +373,8 @@ async def run_scenario(
     runner = _Runner(rack, plans, observe, timeout_s)
     try:
         await runner.form()
+        if rack.settings.channel_isolation and rack.settings.runs_workers:
+            await runner.prove_isolation()
         if while_formed is not None:
             await while_formed(rack)
         await runner.tear_down()

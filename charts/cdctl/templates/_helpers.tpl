@@ -55,6 +55,11 @@ app.kubernetes.io/component: {{ .component }}
 compute-domain-daemon-service-account
 {{- end -}}
 {{/* The identity `cdctl collect` reads the event logs as (collector.enabled); "" when off. */}}
+{{/* The shared IMEX daemon's DaemonSet and ServiceAccount (channel isolation, driver-managed). */}}
+{{- define "cdctl.sharedDaemonName" -}}
+{{ include "cdctl.fullname" . }}-imex-daemon
+{{- end -}}
+
 {{- define "cdctl.collectorServiceAccount" -}}
 {{- if .Values.collector.enabled -}}
 {{- printf "%s-collector" (include "cdctl.fullname" .) -}}
