@@ -30,7 +30,9 @@ def test_the_guides_sim_rack_commands_parse_and_pass_the_commands_checks(
 ) -> None:
     calls: list[dict[str, Any]] = []
 
-    def recorded(directory: Path, nodes: int, racks: int, mode: str, rack_domains: bool, options: Any) -> int:
+    def recorded(
+        directory: Path, nodes: int, racks: int, mode: str, rack_domains: bool, options: Any, hold_s: float
+    ) -> int:
         calls.append({"nodes": nodes, "mode": mode, "problem": options.problem(nodes, rack_domains)})
         return 0
 

@@ -67,7 +67,7 @@ async def test_a_held_rack_answers_the_commands_it_prints(work_dir: Path) -> Non
             outputs[command] = output
         if KUBECTL is not None:
             domains = next(o for c, o in outputs.items() if "get computedomains" in c).splitlines()
-            assert domains[0].split() == ["NAMESPACE", "NAME", "STATUS", "NODES", "AGE"]
+            assert domains[0].split() == ["NAMESPACE", "NAME", "STATUS", "NODES", "CHANNELS", "AGE"]
             assert domains[1].split()[:4] == ["team-a", "nvl72", "Ready", "2"]
             listing = next(o for c, o in outputs.items() if "get pods" in c)
             rows = [line.split() for line in listing.splitlines()[1:]]
