@@ -61,7 +61,7 @@ def _column(spec: dict[str, Any]) -> tuple[dict[str, Any], Cell]:
         value = json_path(obj, path)
         if kind == "date":
             return _age(value) if isinstance(value, str) else "<unknown>"
-        return "" if value is None else value
+        return value  # a missing field is a null cell, as the real server's (kubectl prints <none>)
 
     return definition, cell
 

@@ -1,5 +1,5 @@
 """`kubectl get` tables from the simulated API server: a custom resource's printer columns (the chart's
-ComputeDomain: Status, Nodes, Age), a pod's kubectl columns, Name and Age for the rest, as the real server
+ComputeDomain: Status, Nodes, Channels, Age), a pod's kubectl columns, Name and Age for the rest, as the real server
 answers `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`."""
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ async def test_a_custom_resource_shows_its_printer_columns(
         _content_type="application/merge-patch+json",
     )  # fmt: skip
     listed = await get_table(apiserver, f"/apis/{GROUP}/{VERSION}/{PLURAL}")
-    assert columns(listed) == ["Name", "Status", "Nodes", "Age"]
+    assert columns(listed) == ["Name", "Status", "Nodes", "Channels", "Age"]
     [row] = listed["rows"]
-    name, status, nodes, age = row["cells"]
-    assert (name, status, nodes) == ("cd1", "Ready", 0)
+    name, status, nodes, channels, age = row["cells"]
+    assert (name, status, nodes, channels) == ("cd1", "Ready", 0, None)  # no status.channels: a null cell
     assert age.endswith("s")
     one = await get_table(apiserver, f"/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}/cd1")
     assert one["rows"][0]["cells"][:3] == ["cd1", "Ready", 0]
