@@ -42,20 +42,9 @@ log = structlog.get_logger(__name__)
 JsonObject = dict[str, Any]
 # The writes of the reconcile running in this task, for its one log line (None outside a reconcile).
 WRITES: ContextVar[list[str] | None] = ContextVar("cdctl_controller_writes", default=None)
-
-
-class _Pipeline:
-    """Inside `Actions.pipelined()`: whether a write's outcome is queued and not yet waited for."""
-
-    __slots__ = ("outstanding",)
-
-    def __init__(self) -> None:
-        self.outstanding = False
-
-
 # Inside `Actions.pipelined()`: a write's outcome is not waited for; the next intention, recorded behind it
 # in the same append, or the block's end, waits for both.
-_PIPELINED: ContextVar[_Pipeline | None] = ContextVar("cdctl_controller_pipelined", default=None)
+_PIPELINED: ContextVar[bool] = ContextVar("cdctl_controller_pipelined", default=False)
 
 
 def written_change(obj: JsonObject) -> Change:
@@ -88,24 +77,19 @@ class Actions:
         write's outcome shares an append with the next write's intention (one commit per write, not two),
         and the view has every outcome when the block ends without error. Each intention is still durable
         before its write."""
-        pipeline = _Pipeline()
-        token = _PIPELINED.set(pipeline)
+        token = _PIPELINED.set(True)
         try:
             yield
         finally:
             _PIPELINED.reset(token)
         # Only when the writes went through: a failed or cancelled reconcile reads the view no more (and at
-        # shutdown the journal that would resolve the flush is stopping too). A block that ended with a
-        # recorded event waited for everything before it already.
-        if pipeline.outstanding:
-            await self.journal.flush()
+        # shutdown the journal that would resolve the flush is stopping too).
+        await self.journal.flush()
 
     async def record(self, uid: str, events: list[DomainEvent]) -> None:
         """Record events of the domain, in order behind a pipelined write's outcome."""
-        pipeline = _PIPELINED.get()
-        if pipeline is not None:
+        if _PIPELINED.get():
             await self.journal.record_queued(uid, events)
-            pipeline.outstanding = False
         else:
             await self.journal.record(uid, events)
 
@@ -140,17 +124,9 @@ class Actions:
     ) -> None:
         """Record a success and the object the API answered with, in one append."""
         outcome = self._success(uid, action, resource, namespace, name)
-        await self._ingest_outcome(uid, resource, answer, change, outcome)
-
-    async def _ingest_outcome(
-        self, uid: str, resource: ResourceType, answer: JsonObject, change: Change, outcome: DomainEvent
-    ) -> None:
-        """The object a write answered with, and the write's outcome, in one append: waited for, unless
-        pipelined (then the next record or the block's end waits for it)."""
-        pipeline = _PIPELINED.get()
-        await self.journal.observe_written(resource, answer, change, (uid, outcome), wait=pipeline is None)
-        if pipeline is not None:
-            pipeline.outstanding = True
+        await self.journal.observe_written(
+            resource, answer, change, (uid, outcome), wait=not _PIPELINED.get()
+        )
 
     async def _failed(
         self, uid: str, action: str, resource: ResourceType, namespace: str, name: str, exc: KubeApiError
@@ -237,7 +213,9 @@ class Actions:
             raise RetriableError(f"{resource.kind} {namespace}/{name} vanished during create", delay=0.0)
         if ours(found):
             outcome = self._success(uid, "create", resource, namespace, name, "already exists")
-            await self._ingest_outcome(uid, resource, found, Change.MODIFIED, outcome)
+            await self.journal.observe_written(
+                resource, found, Change.MODIFIED, (uid, outcome), wait=not _PIPELINED.get()
+            )
             return found
         meta = found.get("metadata") or {}
         holder = (meta.get("labels") or {}).get(LABEL_COMPUTE_DOMAIN)
@@ -310,29 +288,26 @@ class Actions:
         name: str,
         finalizer: str,
         present: bool,
-    ) -> Change | None:
+    ) -> None:
         """Add (`present`) or remove `finalizer` with an update guarded by resourceVersion (a merge patch
-        guarded by it for the kinds kept without their spec); gone is done. What the write's answer tells of
-        the object (DELETED: the last finalizer's removal deleted it, or it was gone); None when nothing
-        was written."""
+        guarded by it for the kinds kept without their spec); gone is done."""
         body = self.journal.cached(resource, namespace, name)
         if body is None:
             body = await self.get(resource, namespace, name)
             if body is None:
-                return Change.DELETED
+                return
         finalizers = list(body.get("metadata", {}).get("finalizers") or [])
         if (finalizer in finalizers) == present:
-            return None
+            return
         finalizers = [*finalizers, finalizer] if present else [f for f in finalizers if f != finalizer]
         action = "add-finalizer" if present else "remove-finalizer"
         if resource.kind in PATCHED_FINALIZERS:  # kept without its spec: no whole object to write back
             rv = body["metadata"].get("resourceVersion")
             patch = {"metadata": {"resourceVersion": rv, "finalizers": finalizers}}
-            answer = await self.merge_patch(uid, action, resource, namespace, name, patch)
-        else:
-            updated = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
-            answer = await self.replace(uid, action, resource, updated)
-        return Change.DELETED if answer is None else written_change(answer)
+            await self.merge_patch(uid, action, resource, namespace, name, patch)
+            return
+        updated = {**body, "metadata": {**body["metadata"], "finalizers": finalizers}}
+        await self.replace(uid, action, resource, updated)
 
     async def delete(self, uid: str, resource: ResourceType, namespace: str | None, name: str) -> bool:
         """Delete; False when it was already gone."""

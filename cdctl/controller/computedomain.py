@@ -172,15 +172,12 @@ class ComputeDomainReconciler:
             await self.daemon_sets.delete(state)
         await self.node_labels.remove(state)
         state = self.ctx.view.domain(uid)
-        async with self.ctx.actions.pipelined():
-            # The workload template is gone when its finalizer's removal answers with its deletion (the
-            # journal takes that answer as the deletion, as the view will show it): the daemon objects'
-            # finalizers follow in the same pipeline, not after a read of the view.
-            workload = await self.templates.remove_finalizers(state, TARGET_WORKLOAD)
-            self._assert_gone(workload, "workload ResourceClaimTemplate")
-            await self.daemon_sets.remove_finalizers(state)
+        await self.templates.remove_finalizers(state, TARGET_WORKLOAD)
         state = self.ctx.view.domain(uid)
         self._assert_gone(self.templates.remaining(state, TARGET_WORKLOAD), "workload ResourceClaimTemplate")
+        async with self.ctx.actions.pipelined():
+            await self.daemon_sets.remove_finalizers(state)
+        state = self.ctx.view.domain(uid)
         self._assert_gone(self.daemon_sets.remaining(state), "daemon objects")
         async with self.ctx.actions.pipelined():
             await self.cliques.delete_all(state)

@@ -22,7 +22,6 @@ from cdctl.controller.view import DomainState
 from cdctl.domain.computedomains import FINALIZER, TARGET_DAEMON, TARGET_WORKLOAD
 from cdctl.domain.computedomains import DomainObjectObserved as Observed
 from cdctl.domain.errors import RetriableError
-from cdctl.k8s.informer import Change
 
 JsonObject = dict[str, Any]
 CONFLICT_RETRY_S = 30.0
@@ -140,10 +139,7 @@ class ClaimTemplates:
                 state.uid, self.ctx.claim_templates, template.namespace, template.name
             )
 
-    async def remove_finalizers(self, state: DomainState, target: str) -> list[str]:
-        """Remove our finalizer from the domain's templates of `target`, all marked for deletion; the ones
-        the writes' answers do not show gone (another finalizer holds them)."""
-        remaining = []
+    async def remove_finalizers(self, state: DomainState, target: str) -> None:
         for template in self.of_target(state, target):
             if not template.summary.get("deleting"):
                 raise RetriableError(
@@ -151,14 +147,10 @@ class ClaimTemplates:
                     f"{template.name} marked for deletion",
                     delay=0.0,
                 )
-            change = None
             if FINALIZER in template.summary.get("finalizers", []):
-                change = await self.ctx.actions.set_finalizer(
+                await self.ctx.actions.set_finalizer(
                     state.uid, self.ctx.claim_templates, template.namespace, template.name, FINALIZER, False
                 )
-            if change != Change.DELETED:
-                remaining.append(f"{template.namespace}/{template.name}")
-        return remaining
 
     def remaining(self, state: DomainState, target: str) -> list[str]:
         return [f"{t.namespace}/{t.name}" for t in self.of_target(state, target)]
