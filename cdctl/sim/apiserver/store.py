@@ -419,6 +419,13 @@ class ObjectStore:
         )
         if new == old:
             return clone(old)
+        if old["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            # The registry's delete during update: the last finalizer's removal is the object's deletion, one
+            # revision and one DELETED event (of the object as stored, as etcd's previous value is); the
+            # answer is the object as the request left it.
+            if not dry_run:
+                self._remove(resource_type, old)
+            return new
         ignore_status = resource_type.status_subresource
         if meta.content_without_metadata(new, ignore_status) != meta.content_without_metadata(
             old, ignore_status
@@ -429,8 +436,6 @@ class ObjectStore:
         updated = self._commit(resource_type, "MODIFIED", new, old)
         if resource_type.storage_key == CRD_KEY:
             self._serve_crd(updated)
-        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
-            self._remove(resource_type, updated)
         return updated
 
     def patch(

@@ -6,6 +6,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
+from cdctl.sim.apiserver.store import ObjectStore
 from tests.sim.fixtures import pod
 
 MERGE = "application/merge-patch+json"
@@ -124,3 +125,26 @@ async def test_no_new_finalizers_on_an_object_being_deleted(api: client.ApiClien
             _content_type=MERGE,
         )
     assert caught.value.status == 422
+
+
+def test_the_last_finalizers_removal_is_the_deletion_one_revision_one_event() -> None:
+    """As the API server's registry deletes during an update that leaves a deleted object no finalizer:
+    no MODIFIED before the DELETED; the event carries the object as stored, the answer the object as the
+    request left it."""
+    store = ObjectStore()
+    maps = store.type_of("", "configmaps")
+    store.create(maps, "default", {"metadata": {"name": "held", "finalizers": ["example.com/a"]}})
+    marked = store.delete(maps, "default", "held")
+    watcher = store.watch(maps, "default")
+    before = int(store.resource_version)
+    released = {**marked, "metadata": {**marked["metadata"], "finalizers": []}}
+    answer = store.update(maps, "default", "held", released)
+    assert not store.exists_name(maps, "default", "held")
+    assert int(store.resource_version) == before + 1
+    event = watcher.queue.get_nowait()
+    assert watcher.queue.empty()
+    assert event is not None and event.type == "DELETED"
+    assert event.obj["metadata"]["finalizers"] == ["example.com/a"]
+    assert event.obj["metadata"]["resourceVersion"] == str(before + 1)
+    assert answer["metadata"]["deletionTimestamp"] and not answer["metadata"].get("finalizers")
+    assert answer["metadata"]["resourceVersion"] == marked["metadata"]["resourceVersion"]
