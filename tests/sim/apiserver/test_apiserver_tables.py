@@ -1,6 +1,6 @@
 """`kubectl get` tables from the simulated API server: a custom resource's printer columns (the chart's
-ComputeDomain: Status, Nodes, Channels, Age), a pod's kubectl columns, Name and Age for the rest, as the real server
-answers `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`."""
+ComputeDomain: Status, Nodes, Channels, Age), a pod's kubectl columns, Name and Age for the rest, as the real
+server answers `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`."""
 
 from __future__ import annotations
 
