@@ -45,7 +45,8 @@ from cdctl.api.refs import DomainInfo
 from cdctl.domain.errors import CdctlError, RetriableError
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import AllocatedClaim, parse_claim
-from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus, PrepareSettings
 from cdctl.store import SqliteEventStore
 
 NODE = "bench-node"

@@ -46,7 +46,8 @@ from cdctl.plugin.app import PluginConfig
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import parse_claim
 from cdctl.plugin.driver import Driver
-from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.runner import ProjectionRunner

@@ -70,7 +70,8 @@ from cdctl.plugin.health import HealthBoard
 from cdctl.plugin.metrics import MetricsEndpoint, PluginMetrics
 from cdctl.plugin.nodecheck import NodeCheck
 from cdctl.plugin.nodecheck import probe as probe_lib
-from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.retention import FIRST_DELAY_S, INTERVAL_S, Retention

@@ -25,7 +25,7 @@ from cdctl.api.refs import GPU_CLIQUE_LABEL
 from cdctl.domain.errors import CdctlError
 from cdctl.k8s.errors import KubeApiError
 from cdctl.plugin import nvml
-from cdctl.plugin.prepare import FabricStatus
+from cdctl.plugin.preparesettings import FabricStatus
 
 log = structlog.get_logger("cdctl.plugin.cliquerefresh")
 

@@ -27,7 +27,8 @@ from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef, check_claim_ref, parse_claim
 from cdctl.plugin.metrics import DRIVER, PluginMetrics
 from cdctl.plugin.ports import ClusterPort
-from cdctl.plugin.prepare import DeviceState, WatchedWait
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import WatchedWait
 
 log = structlog.get_logger("cdctl.plugin.driver")
 

@@ -34,7 +34,7 @@ from cdctl.plugin.health import (
 )
 from cdctl.plugin.nvml import DeviceLib, GpuFabric, NvmlUnavailable
 from cdctl.plugin.ports import ClusterPort
-from cdctl.plugin.prepare import FabricStatus
+from cdctl.plugin.preparesettings import FabricStatus
 
 log = structlog.get_logger("cdctl.plugin.nodecheck")
 

@@ -23,7 +23,7 @@ import yaml
 
 from cdctl.api.configs import decode_config
 from cdctl.domain.errors import InvalidInput, PermanentError
-from cdctl.plugin.prepare import check_host_managed_config
+from cdctl.plugin.preparesettings import check_host_managed_config
 from cdctl.sim.apiserver.conversion import convert
 from cdctl.sim.apiserver.errors import ApiError
 from cdctl.sim.apiserver.identity import ADMIN, UserInfo, service_account_token, user_for_token

@@ -96,7 +96,7 @@ def test_admission_and_prepare_refuse_all_channels_in_the_same_words(
     from cdctl.api.configs import decode_config
     from cdctl.domain.errors import PermanentError
     from cdctl.plugin.channels import ALL_REFUSED, check_channel_config
-    from cdctl.plugin.prepare import check_host_managed_config
+    from cdctl.plugin.preparesettings import check_host_managed_config
     from tests.chart.claimadmission import TENANT, TENANT_NS, AdmissionCluster, channel, claim
     from tests.chart.test_claim_admission_sources import domain
 

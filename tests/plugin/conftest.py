@@ -14,7 +14,8 @@ from cdctl.api.refs import DomainInfo
 from cdctl.k8s.plugincluster import connect, disconnect
 from cdctl.k8s.rest import KubeApi
 from cdctl.plugin.checkpoint import ClaimBook
-from cdctl.plugin.prepare import DeviceState, FabricStatus, PrepareSettings
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus, PrepareSettings
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.sim.rack.chart import crds
 from cdctl.store import InMemoryEventStore

@@ -20,7 +20,8 @@ from cdctl.plugin import prepare
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef
 from cdctl.plugin.driver import Driver, RetryPolicy
-from cdctl.plugin.prepare import DeviceState, FabricStatus
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.fakes import C1, DOM1, FakeCluster, channel_claim

@@ -17,7 +17,8 @@ from cdctl.api.refs import DomainInfo
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef
 from cdctl.plugin.driver import KUBELET_CALL_TIMEOUT_S, Driver, PrepareOutcome, RetryPolicy
-from cdctl.plugin.prepare import DeviceState, FabricStatus
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.store import InMemoryEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.fakes import C1, DOM1, FakeCluster, channel_claim

@@ -15,7 +15,8 @@ from cdctl.plugin import cdi
 from cdctl.plugin.channels import ALL_REFUSED
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef, parse_claim
-from cdctl.plugin.prepare import ChannelNotAssigned, DaemonNotReady, DeviceState
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import ChannelNotAssigned, DaemonNotReady
 from tests.plugin.conftest import CLIQUE, Node
 from tests.plugin.fakes import DOM1, DOM2, DOM_OTHER, channel_claim
 

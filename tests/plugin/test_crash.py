@@ -15,7 +15,8 @@ from cdctl.domain import claims as c
 from cdctl.plugin import cdi
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef, parse_claim
-from cdctl.plugin.prepare import DeviceState, FabricStatus
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.crashchild import KILLED

@@ -24,7 +24,8 @@ from cdctl.plugin import cdi
 from cdctl.plugin.app import published_devices
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef, parse_claim
-from cdctl.plugin.prepare import DeviceState, FabricStatus
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus
 from tests.plugin.conftest import CLIQUE, Node
 from tests.plugin.fakes import DOM1, DOM_GONE, channel_claim, claim_obj, daemon_claim, opaque, result
 

@@ -21,7 +21,8 @@ from cdctl.domain.errors import CdctlError
 from cdctl.domain.events import Actor
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import parse_claim
-from cdctl.plugin.prepare import DeviceState, FabricStatus
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore

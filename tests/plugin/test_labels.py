@@ -6,7 +6,7 @@ import pytest
 
 from cdctl.domain import claims as c
 from cdctl.plugin.devices import ClaimRef, parse_claim
-from cdctl.plugin.prepare import DaemonNotReady
+from cdctl.plugin.preparesettings import DaemonNotReady
 from tests.plugin.conftest import Node
 from tests.plugin.fakes import DOM1, channel_claim
 

@@ -13,7 +13,8 @@ from cdctl.domain.errors import PermanentError, RetriableError
 from cdctl.plugin import cdi
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef, parse_claim
-from cdctl.plugin.prepare import DeviceState, PrepareFenced
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import PrepareFenced
 from tests.plugin.conftest import CLIQUE, Node
 from tests.plugin.fakes import DOM1, DOM9, DOM_OTHER, channel_claim, claim_obj, daemon_claim, opaque, result
 

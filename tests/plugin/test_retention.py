@@ -22,7 +22,8 @@ from cdctl.plugin import imexhistory, nvml
 from cdctl.plugin.app import PluginProcess
 from cdctl.plugin.checkpoint import ClaimBook, ClaimBookProjection
 from cdctl.plugin.devices import ClaimRef, parse_claim
-from cdctl.plugin.prepare import DeviceState, FabricStatus
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import VerifyReport, verify_chain, verify_projections
 from cdctl.projections.runner import ProjectionRunner

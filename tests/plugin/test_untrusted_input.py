@@ -23,7 +23,8 @@ from cdctl.api.refs import DomainInfo
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef
 from cdctl.plugin.driver import ERROR_LIMIT, Driver, RetryPolicy
-from cdctl.plugin.prepare import DeviceState, FabricStatus
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.plugin.wire import RequestCodec
 from cdctl.store import InMemoryEventStore
 from tests.plugin.conftest import CLIQUE, Node, node_settings

@@ -21,7 +21,8 @@ from cdctl.k8s.rest import KubeApi
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef
 from cdctl.plugin.driver import Driver, RetryPolicy
-from cdctl.plugin.prepare import DeviceState, FabricStatus
+from cdctl.plugin.prepare import DeviceState
+from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import InMemoryEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
