@@ -42,10 +42,10 @@ from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.api.refs import DomainInfo
 from cdctl.k8s.plugincluster import KubeClusterPort, connect, disconnect
 from cdctl.k8s.rest import KubeApi
-from cdctl.plugin.app import PluginConfig
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import parse_claim
 from cdctl.plugin.driver import Driver
+from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.plugin.prepare import DeviceState
 from cdctl.plugin.preparesettings import FabricStatus, PrepareSettings
 from cdctl.plugin.server import PluginServers, ServerPaths

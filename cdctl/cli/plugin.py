@@ -28,9 +28,10 @@ from cdctl.cli.otlp import otlp_option
 from cdctl.cli.retention import policy, retention_options
 from cdctl.domain.errors import CdctlError
 from cdctl.k8s.tokens import parse_service_account
-from cdctl.plugin.app import PluginConfig, PluginProcess
+from cdctl.plugin.app import PluginProcess
 from cdctl.plugin.channels import ChannelCapacity, parse_channel_capacity, slot_count
 from cdctl.plugin.nvml import fake_from_spec
+from cdctl.plugin.pluginconfig import PluginConfig
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:

@@ -7,9 +7,11 @@ every node of the domain.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
@@ -27,6 +29,7 @@ NODES = [f"gb200-r01-n0{i}" for i in range(1, 5)]
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
 ]  # fmt: skip
 
 
@@ -151,6 +154,27 @@ def test_a_file_that_is_not_a_log_exits_3(tmp_path: Path) -> None:
     assert code == 3 and str(bogus) in stderr
 
 
+def _dump_dom(chromium: str, page: Path, tmp_path: Path) -> str:
+    """The DOM after the page's script ran. A browser killed by a signal (headless chromium on a loaded
+    machine now and then dies with SIGTRAP before it loads anything) is started again, up to three times,
+    with a fresh profile; a page that fails to draw fails the test either way."""
+    # An environment of its own: a short TMPDIR (the browser's sockets go there, and a socket path over 107
+    # bytes is fatal to it; tests that leave a long TMPDIR behind made it crash) and a HOME of its own.
+    short = Path(tempfile.mkdtemp(prefix="cr-", dir="/tmp"))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(short), "TMPDIR": str(short)}
+    for attempt in range(3):
+        done = subprocess.run(
+            [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / f'profile-{attempt}'}", "--dump-dom",
+             page.as_uri()],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        if done.returncode >= 0:
+            break
+    shutil.rmtree(short, ignore_errors=True)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    return done.stdout
+
+
 def test_chromium_draws_every_node(log: Path, tmp_path: Path) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -159,11 +183,7 @@ def test_chromium_draws_every_node(log: Path, tmp_path: Path) -> None:
         )
     out = tmp_path / "formation.html"
     assert invoke("timeline", "--db", str(log), DOMAIN, "-o", str(out))[0] == 0
-    profile = tmp_path / "profile"
-    dom = subprocess.run(
-        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", out.as_uri()],
-        capture_output=True, text=True, timeout=120, check=True,
-    ).stdout  # fmt: skip
+    dom = _dump_dom(chromium, out, tmp_path)
     status = re.search(r'<span id="status">([^<]*)</span>', dom)
     assert status is not None, dom[:2000]
     assert status.group(1).startswith(f"drawn: {len(NODES)} of {len(NODES)} nodes"), status.group(1)

@@ -28,7 +28,8 @@ from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import DRIVER_NAME, LABEL_CLIQUE_ID, LABEL_COMPUTE_DOMAIN
 from cdctl.domain.racks import rack_domain_name
-from cdctl.plugin.app import PluginConfig, PluginProcess
+from cdctl.plugin.app import PluginProcess
+from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.node.topology import NodeDeviceLib, Topology, build_topology
 from cdctl.sim.rack.chart import cluster_bootstrap_objects, daemon_service_accounts
 from cdctl.sim.rack.cluster import SimCluster

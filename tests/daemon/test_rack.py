@@ -27,7 +27,8 @@ from cdctl.controller.app import run_controller
 from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
 from cdctl.domain.imex import hosts_mapping
-from cdctl.plugin.app import PluginConfig, PluginProcess
+from cdctl.plugin.app import PluginProcess
+from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.node.fakeimex import HOSTS_ENV
 from cdctl.sim.node.processruntime import ProcessRuntime
 from cdctl.sim.node.topology import NodeDeviceLib, build_topology

@@ -33,7 +33,8 @@ from cdctl.api.gates import parse_feature_gates
 from cdctl.cli.main import cli
 from cdctl.controller.app import run_controller
 from cdctl.controller.settings import ControllerSettings
-from cdctl.plugin.app import PluginConfig, PluginProcess
+from cdctl.plugin.app import PluginProcess
+from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.node import fakeimex
 from cdctl.sim.node.topology import FabricState, NodeDeviceLib, build_topology
 from cdctl.sim.rack.chart import cluster_bootstrap_objects

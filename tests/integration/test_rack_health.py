@@ -16,7 +16,8 @@ from grpclib.exceptions import GRPCError
 from grpclib.server import Server
 
 from cdctl._proto import v1alpha1 as health_v1alpha1
-from cdctl.plugin.app import PluginConfig, PluginProcess
+from cdctl.plugin.app import PluginProcess
+from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.node.healthwatch import HealthWatch
 from cdctl.sim.node.topology import FabricState, NodeDeviceLib
 from cdctl.sim.rack.checks import kubelet_problems

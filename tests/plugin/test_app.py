@@ -17,7 +17,8 @@ from grpclib.client import Channel
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
 from cdctl.k8s.rest import KubeApi
 from cdctl.plugin import nvml
-from cdctl.plugin.app import PluginConfig, PluginProcess
+from cdctl.plugin.app import PluginProcess
+from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import SIM_NODE as NODE

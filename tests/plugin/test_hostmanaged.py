@@ -21,9 +21,9 @@ from cdctl.domain import claims as c
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import decode
 from cdctl.plugin import cdi
-from cdctl.plugin.app import published_devices
 from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import ClaimRef, parse_claim
+from cdctl.plugin.pluginconfig import published_devices
 from cdctl.plugin.prepare import DeviceState
 from cdctl.plugin.preparesettings import FabricStatus
 from tests.plugin.conftest import CLIQUE, Node

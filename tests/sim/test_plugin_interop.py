@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from cdctl.plugin.app import PluginConfig, PluginProcess
+from cdctl.plugin.app import PluginProcess
+from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.node.topology import NodeDeviceLib, build_topology
 from cdctl.sim.rack.cluster import SimCluster
 from tests.sim.fixtures import compute_domain, compute_domain_crd
