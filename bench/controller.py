@@ -313,6 +313,7 @@ async def lifecycle_phase(
     cpu_before, server_cpu_before = controller.cpu_s(), time.process_time()
     system_before = controller.system_s()
     threads_before = controller.thread_cpu_s()
+    io_before = controller.io()
     started = time.monotonic()
     act()
     acted = time.monotonic()
@@ -327,6 +328,7 @@ async def lifecycle_phase(
     cpu_at_done, server_cpu_at_done = controller.cpu_s(), time.process_time()
     cpu_quiet = await until_quiet(controller)
     system = controller.system_s() - system_before
+    io_after = controller.io()
     threads = {
         role: round(seconds - threads_before.get(role, 0.0), 3)
         for role, seconds in controller.thread_cpu_s().items()
@@ -343,6 +345,10 @@ async def lifecycle_phase(
         "controller_cpu_s": round(cpu_quiet - cpu_before, 3),
         "controller_cpu_ms_per_domain": round((cpu_quiet - cpu_before) * 1000 / domains, 2),
         "controller_system_cpu_s": round(system, 3),  # of controller_cpu_s: the kernel's (fsync, sockets)
+        "controller_io_per_domain": {
+            key: round((io_after[key] - io_before[key]) / domains, 1)
+            for key in ("syscw", "wchar", "write_bytes")
+        },
         "controller_cpu_s_by_thread": threads,  # its event loop's thread, and SQLite's and the others
         # this process: the simulated API server, its DaemonSet controller and the benchmark's polling
         "server_cpu_s_at_done": round(server_cpu_at_done - server_cpu_before, 3),

@@ -71,6 +71,16 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
     return by_role
 
 
+def io_counters(pid: int) -> dict[str, int]:
+    """/proc/<pid>/io: bytes the process wrote through system calls (`wchar`) and to storage
+    (`write_bytes`), and its write calls (`syscw`)."""
+    counters = {}
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        key, _, value = line.partition(":")
+        counters[key.strip()] = int(value)
+    return counters
+
+
 def status_kib(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(f"{key}:"):
@@ -167,6 +177,9 @@ class ControllerProcess:
 
     def cpu_s(self) -> float:
         return cpu_seconds(self.pid)
+
+    def io(self) -> dict[str, int]:
+        return io_counters(self.pid)
 
     def thread_cpu_s(self) -> dict[str, float]:
         return thread_cpu_seconds(self.pid)
