@@ -38,14 +38,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import platform
 import pstats
+import signal
 import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
@@ -278,6 +281,28 @@ async def until_quiet(controller: ControllerProcess, give_up_s: float = 600.0) -
     raise TimeoutError("the controller never went idle")
 
 
+class CollectorClock:
+    """CPU seconds this process (the simulated server) spends in the garbage collector, by generation,
+    while in use: full collections walk every stored version in the watch history."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def _on_collect(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            self.seconds[info["generation"]] += time.thread_time() - self._started
+
+    def __enter__(self) -> CollectorClock:
+        gc.callbacks.append(self._on_collect)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self._on_collect)
+
+
 async def lifecycle_phase(
     bench: Bench, controller: ControllerProcess, domains: int, act: Any, done: Any
 ) -> dict[str, Any]:
@@ -287,6 +312,8 @@ async def lifecycle_phase(
     reconciles_before = await reconciles(controller)
     cpu_before, server_cpu_before = controller.cpu_s(), time.process_time()
     system_before = controller.system_s()
+    threads_before = controller.thread_cpu_s()
+    io_before = controller.io()
     started = time.monotonic()
     act()
     acted = time.monotonic()
@@ -295,11 +322,17 @@ async def lifecycle_phase(
         controller.check_alive()
         return bool(done())
 
-    await until(finished, poll_s=0.2)
+    with CollectorClock() as collector:
+        await until(finished, poll_s=0.2)
     wall = time.monotonic() - started
     cpu_at_done, server_cpu_at_done = controller.cpu_s(), time.process_time()
     cpu_quiet = await until_quiet(controller)
     system = controller.system_s() - system_before
+    io_after = controller.io()
+    threads = {
+        role: round(seconds - threads_before.get(role, 0.0), 3)
+        for role, seconds in controller.thread_cpu_s().items()
+    }
     counts = requests.by_verb_and_resource()
     reconciles_after = await reconciles(controller)
     reconciled = {
@@ -312,8 +345,14 @@ async def lifecycle_phase(
         "controller_cpu_s": round(cpu_quiet - cpu_before, 3),
         "controller_cpu_ms_per_domain": round((cpu_quiet - cpu_before) * 1000 / domains, 2),
         "controller_system_cpu_s": round(system, 3),  # of controller_cpu_s: the kernel's (fsync, sockets)
+        "controller_io_per_domain": {
+            key: round((io_after[key] - io_before[key]) / domains, 1)
+            for key in ("syscw", "wchar", "write_bytes")
+        },
+        "controller_cpu_s_by_thread": threads,  # its event loop's thread, and SQLite's and the others
         # this process: the simulated API server, its DaemonSet controller and the benchmark's polling
         "server_cpu_s_at_done": round(server_cpu_at_done - server_cpu_before, 3),
+        "server_gc_cpu_s_by_generation": [round(seconds, 3) for seconds in collector.seconds],
         "api_requests_per_domain": {key: round(n / domains, 3) for key, n in counts.items()},
         "api_writes_per_domain": round(requests.writes() / domains, 3),
         "reconciles_per_domain": reconciled,
@@ -370,17 +409,46 @@ def profile_summary(profile: Path, lines: int = 40) -> str:
     return "\n".join(out)
 
 
-async def sampled(controller: ControllerProcess, out: Path) -> asyncio.subprocess.Process:
-    """py-spy recording the controller until it exits (raw stacks in `out`): samples of the thread holding
-    the GIL, so Python work; SQLite and the kernel (fsync) run outside it."""
+def py_spy() -> Path:
     spy = Path(sys.executable).parent / "py-spy"
     if not spy.is_file():
         raise SystemExit("--sample needs py-spy beside the interpreter (pip install py-spy)")
+    return spy
+
+
+async def sampled(pid: int, out: Path) -> asyncio.subprocess.Process:
+    """py-spy recording process `pid` until it is stopped (raw stacks in `out`): samples of the thread
+    holding the GIL, so Python work; SQLite and the kernel (fsync) run outside it."""
     return await asyncio.create_subprocess_exec(
-        str(spy), "record", "--pid", str(controller.pid), "--format", "raw", "--rate", "200",
+        str(py_spy()), "record", "--pid", str(pid), "--format", "raw", "--rate", "200",
         "--nonblocking", "--gil", "--output", str(out),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def sampling(controller: ControllerProcess, sample: Path | None, phase: str) -> AsyncIterator[None]:
+    """Record the controller and this process (the simulated server) during one phase, each to its own
+    file beside `sample` (`<sample>.<phase>.controller`, `.server`), with a summary of each."""
+    if sample is None:
+        yield
+        return
+    sample.parent.mkdir(parents=True, exist_ok=True)
+    outputs = {who: sample.with_name(f"{sample.name}.{phase}.{who}") for who in ("controller", "server")}
+    spies = [
+        await sampled(controller.pid, outputs["controller"]),
+        await sampled(os.getpid(), outputs["server"]),
+    ]
+    try:
+        yield
+    finally:
+        for spy in spies:
+            with contextlib.suppress(ProcessLookupError):
+                spy.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
+            await spy.wait()
+    for out in outputs.values():
+        if out.is_file():
+            out.with_suffix(out.suffix + ".txt").write_text(summarize(out))
 
 
 async def lifecycle(
@@ -413,22 +481,23 @@ async def lifecycle(
             source=source,
             env={"SSL_CERT_FILE": str(work / "none.pem"), "SSL_CERT_DIR": str(work)},
         )
-        spy = await sampled(controller, sample) if sample is not None else None
+        if sample is not None:
+            py_spy()
         try:
             await until_quiet(controller)
             started = {"cpu_s": round(controller.cpu_s(), 3), "rss_mib": controller.rss_mib()}
             lines_before = controller.log_lines()
-            create = await lifecycle_create(bench, controller, domains)
+            async with sampling(controller, sample, "create"):
+                create = await lifecycle_create(bench, controller, domains)
             create["rss_mib_after"] = controller.rss_mib()
-            delete = await lifecycle_delete(bench, controller, domains)
+            async with sampling(controller, sample, "delete"):
+                delete = await lifecycle_delete(bench, controller, domains)
             delete["rss_mib_after"] = controller.rss_mib()
             peak = controller.peak_rss_mib()
             log_lines = controller.log_lines() - lines_before
         finally:
             await controller.stop()
             await daemon_set_loop.stop()
-            if spy is not None:
-                await spy.wait()
     result: dict[str, Any] = {
         "domains": domains,
         "started": started,
@@ -450,9 +519,9 @@ async def lifecycle(
         summary.write_text(profile_summary(profile))
         result["profile"] = str(profile)
     if sample is not None:
-        summary = sample.with_suffix(sample.suffix + ".txt")
-        summary.write_text(summarize(sample))
-        result["samples"] = str(sample)
+        result["samples"] = sorted(
+            str(path) for path in sample.parent.glob(f"{sample.name}.*.*") if path.suffix != ".txt"
+        )
     return result
 
 

@@ -56,6 +56,31 @@ def system_seconds(pid: int) -> float:
     return int(stat[stat.rindex(")") + 2 :].split()[12]) / TICKS_PER_S
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """utime + stime of a process's main thread (the event loop) and of its other threads together
+    (SQLite's, the resolver's: threads inherit the process's name, so they are told apart by id)."""
+    by_role = {"event loop": 0.0, "other threads": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        role = "event loop" if task.name == str(pid) else "other threads"
+        by_role[role] += (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+    return by_role
+
+
+def io_counters(pid: int) -> dict[str, int]:
+    """/proc/<pid>/io: bytes the process wrote through system calls (`wchar`) and to storage
+    (`write_bytes`), and its write calls (`syscw`)."""
+    counters = {}
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        key, _, value = line.partition(":")
+        counters[key.strip()] = int(value)
+    return counters
+
+
 def status_kib(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(f"{key}:"):
@@ -152,6 +177,12 @@ class ControllerProcess:
 
     def cpu_s(self) -> float:
         return cpu_seconds(self.pid)
+
+    def io(self) -> dict[str, int]:
+        return io_counters(self.pid)
+
+    def thread_cpu_s(self) -> dict[str, float]:
+        return thread_cpu_seconds(self.pid)
 
     def system_s(self) -> float:
         return system_seconds(self.pid)
