@@ -6,8 +6,9 @@ CD_DAEMON_IMAGE_PULL_SECRET_NAMES, LOG_VERBOSITY_CD_DAEMON, MAX_NODES_PER_IMEX_D
 METRICS_PATH, PPROF_PATH, ADDITIONAL_NAMESPACES, LEADER_ELECTION_*, KUBECONFIG, KUBE_API_QPS, KUBE_API_BURST,
 FEATURE_GATES), plus cdctl's own (CDCTL_DB, CDCTL_LOG_KEY_FILE, CDCTL_RETENTION_AGE, CDCTL_RETENTION_SIZE,
 RESOURCE_API_VERSION, LOG_FORMAT, LOG_VERBOSITY, RACK_DOMAINS, RACK_LABEL, RACK_DOMAIN_NAMESPACE,
-RACK_DOMAIN_NAME). Durations take Go's forms ("15s", "1m30s", "500ms"); with leader election, the lease
-duration must exceed the renew deadline, which must exceed 1.2 x the retry period (client-go's rule).
+RACK_DOMAIN_NAME), and channel isolation's IMEX_ISOLATION and IMEX_CHANNEL_COUNT (cdctl.cli.isolation, shared
+with the kubelet plugin). Durations take Go's forms ("15s", "1m30s", "500ms"); with leader election, the
+lease duration must exceed the renew deadline, which must exceed 1.2 x the retry period (client-go's rule).
 SIGTERM/SIGINT stop cleanly (exit 0, the lease released); losing the lease exits 1; a typed error ends the
 command with a one-line reason and its exit code.
 """
@@ -26,7 +27,8 @@ import click
 from click.decorators import FC
 
 from cdctl.api.gates import parse_feature_gates
-from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, parse_channel_count, parse_isolation
+from cdctl.api.isolation import ImexIsolation
+from cdctl.cli.isolation import isolation_options
 from cdctl.cli.logs import DEFAULT_VERBOSITY, configure_logging
 from cdctl.cli.otlp import otlp_option
 from cdctl.cli.retention import policy, retention_options
@@ -126,21 +128,7 @@ async def serve(settings: ControllerSettings) -> None:
     type=click.IntRange(min=1),
     help="Daemons per clique (indices 0..N-1); 18 = GB200/GB300 NVL limit.",
 )
-@option(
-    "--imex-isolation",
-    envvar="IMEX_ISOLATION",
-    default="domain",
-    show_default=True,
-    help="domain: one IMEX domain per ComputeDomain; channel: one per NVLink clique, shared, with an IMEX"
-    " channel per ComputeDomain (docs/channel-isolation.md).",
-)
-@option(
-    "--imex-channel-count",
-    envvar="IMEX_CHANNEL_COUNT",
-    default=str(DEFAULT_CHANNEL_COUNT),
-    show_default=True,
-    help="Channels per IMEX domain under channel isolation (channel 0 is never handed out).",
-)
+@isolation_options
 @option(
     "--http-endpoint",
     envvar="HTTP_ENDPOINT",
@@ -378,6 +366,6 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         rack_label=validate_rack_label(str(options["rack_label"])),
         rack_domain_namespace=str(options["rack_domain_namespace"]),
         rack_domain_name_pattern=validate_name_pattern(str(options["rack_domain_name"])),
-        imex_isolation=parse_isolation(str(options["imex_isolation"] or ""), field="--imex-isolation"),
-        imex_channel_count=parse_channel_count(str(options["imex_channel_count"])),
+        imex_isolation=ImexIsolation(options["imex_isolation"]),  # parsed by its option (cdctl.cli.isolation)
+        imex_channel_count=int(str(options["imex_channel_count"])),
     )

@@ -21,8 +21,9 @@ from typing import Any
 import click
 
 from cdctl.api.gates import parse_feature_gates
-from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, parse_channel_count, parse_isolation
+from cdctl.api.isolation import ImexIsolation
 from cdctl.cli.errors import fail, guarded
+from cdctl.cli.isolation import checked, isolation_options
 from cdctl.cli.logs import DEFAULT_VERBOSITY, configure_logging
 from cdctl.cli.otlp import otlp_option
 from cdctl.cli.retention import policy, retention_options
@@ -68,18 +69,6 @@ def _service_account(_ctx: click.Context, _param: click.Parameter, value: str) -
         except ValueError as exc:
             raise click.BadParameter(str(exc)) from exc
     return value
-
-
-def _checked(parse: Any) -> Any:
-    """A click callback that turns a parser's InvalidInput into a usage error naming the flag."""
-
-    def callback(_ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        try:
-            return parse(value, field=f"--{(param.name or '').replace('_', '-')}")
-        except CdctlError as exc:
-            raise click.BadParameter(str(exc)) from exc
-
-    return callback
 
 
 def _slots(value: int, *, field: str) -> int:
@@ -243,38 +232,22 @@ def _slots(value: int, *, field: str) -> int:
     type=float,
     help="Seconds between NVML probes: device health, and waiting for a fabric that is not COMPLETED.",
 )
-@click.option(
-    "--imex-isolation",
-    envvar="IMEX_ISOLATION",
-    default="domain",
-    show_default=True,
-    callback=_checked(parse_isolation),
-    help="domain: one IMEX domain per ComputeDomain; channel: ComputeDomains share the clique's IMEX domain, "
-    "each with its own channel (docs/channel-isolation.md).",
-)
+@isolation_options
 @click.option(
     "--channel-slots",
     envvar="CHANNEL_SLOTS",
     default=0,
     show_default=True,
     type=int,
-    callback=_checked(_slots),
+    callback=checked(_slots),
     help="Channel isolation: how many claims the node's channel capacity takes; 0: 2 per GPU.",
-)
-@click.option(
-    "--imex-channel-count",
-    envvar="IMEX_CHANNEL_COUNT",
-    default=str(DEFAULT_CHANNEL_COUNT),
-    show_default=True,
-    callback=_checked(parse_channel_count),
-    help="Channel isolation: channels per IMEX domain (channel 0 is never handed out).",
 )
 @click.option(
     "--channel-capacity",
     envvar="CHANNEL_CAPACITY",
     default="auto",
     show_default=True,
-    callback=_checked(parse_channel_capacity),
+    callback=checked(parse_channel_capacity),
     help="Channel isolation: consumable (one multi-allocatable device), slots (--channel-slots devices), or "
     "auto (consumable where the API server keeps allowMultipleAllocations, else slots).",
 )
@@ -322,7 +295,7 @@ def kubelet_plugin(
     boot_id_path: str,
     resource_api_version: str | None,
     fabric_reprobe_interval: float,
-    imex_isolation: Any,
+    imex_isolation: ImexIsolation,
     channel_slots: int,
     imex_channel_count: int,
     channel_capacity: ChannelCapacity,

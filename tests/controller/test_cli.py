@@ -229,23 +229,12 @@ def test_the_go_drivers_host_managed_spelling_configures_host_managed_mode(
     assert not s.driver_managed_daemons
 
 
-def test_imex_isolation_and_channel_count_from_flags_or_environment(
+def test_channel_isolation_from_the_environment_shares_the_cliques_daemon(
     captured: list[ControllerSettings],
 ) -> None:
+    """The flags themselves (default, flag, environment, refusals): tests/cli/test_isolation_options.py."""
     base = ["--pod-name", "p", "--image-name", "i", "--log-verbosity-cd-daemon", "1"]
-    runner = CliRunner()
-    assert runner.invoke(cli.controller, base, env={}).exit_code == 0
-    assert (captured[-1].imex_isolation, captured[-1].imex_channel_count) == (ImexIsolation.DOMAIN, 2048)
     env = {"IMEX_ISOLATION": "channel", "IMEX_CHANNEL_COUNT": "4"}
-    assert runner.invoke(cli.controller, base, env=env).exit_code == 0
+    assert CliRunner().invoke(cli.controller, base, env=env).exit_code == 0
     assert (captured[-1].imex_isolation, captured[-1].imex_channel_count) == (ImexIsolation.CHANNEL, 4)
     assert captured[-1].channel_isolation and not captured[-1].per_domain_daemons
-    for flags, words in (
-        (["--imex-isolation", "channels"], "--imex-isolation: must be 'domain' or 'channel', got 'channels'"),
-        (["--imex-channel-count", "1"], "--imex-channel-count: must be between 2 and 2048, got 1"),
-        (["--imex-channel-count", "4096"], "--imex-channel-count: must be between 2 and 2048, got 4096"),
-        (["--imex-channel-count", "many"], "--imex-channel-count: must be an integer, got 'many'"),
-    ):
-        refused = runner.invoke(cli.controller, [*base, *flags], env={})
-        assert refused.exit_code == 2, refused.output
-        assert refused.output == f"cdctl controller: IMEX isolation settings: {words}\n"
