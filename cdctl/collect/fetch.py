@@ -267,15 +267,12 @@ class PodReader:
         )
         first = entry.get("first")
         first_point = (int(first["position"]), str(first["hash"])) if isinstance(first, dict) else None
-        source, fresh = await self.writer.call(
-            _source_for, self.writer.file, component, pod.node, pod.name, log, domain, scheme, first_point
-        )
+        served = _ServedLog(component, pod.node, pod.name, log, domain, scheme, first_point)
+        source, fresh = await self.writer.call(_source_for, self.writer.file, served)
         try:
             return await self._stream(source, fresh, published)
         except _Recreated:
-            source = await self.writer.call(
-                _new_source, self.writer.file, component, pod.node, pod.name, log, domain, scheme, first_point
-            )
+            source = await self.writer.call(_new_source, self.writer.file, served)
             return await self._stream(source, True, published)
 
     async def _stream(self, source: Source, fresh: bool, published: tuple[int, str] | None) -> Outcome:
@@ -354,50 +351,51 @@ class _Recreated(Exception):
     """The pod answered 409: its log does not hold the last hash collected, so it is another log."""
 
 
-def _matches(source: Source, component: str, node: str, pod: str, log: str) -> bool:
-    if source.component != component or source.log != log:
+@dataclass(frozen=True, slots=True)
+class _ServedLog:
+    """One log as a pod's log list names it: whose it is, its chain scheme and its first event."""
+
+    component: str
+    node: str
+    pod: str
+    log: str
+    domain: str  # the domain_uid the list gives ("" when none)
+    scheme: tuple[str, int, str]  # (scheme, keyed_from, key_check)
+    first: tuple[int, str] | None  # (position, hash); None for an empty log
+
+
+def _matches(source: Source, served: _ServedLog) -> bool:
+    if source.component != served.component or source.log != served.log:
         return False
-    return source.pod == pod if component == "controller" else source.node == node
+    return source.pod == served.pod if served.component == "controller" else source.node == served.node
 
 
-def _source_for(
-    file: CollectedFile,
-    component: str,
-    node: str,
-    pod: str,
-    log: str,
-    domain: str,
-    scheme: tuple[str, int, str],
-    first: tuple[int, str] | None,
-) -> tuple[Source, bool]:
+def _source_for(file: CollectedFile, served: _ServedLog) -> tuple[Source, bool]:
     """The source this log continues (and False), or a new one (and True)."""
-    sources = file.sources()
+    sources, first = file.sources(), served.first
     same_log = [
         s for s in sources
-        if s.component == component and s.log == log and first is not None
+        if s.component == served.component and s.log == served.log and first is not None
         and (s.first_position, s.first_hash) == first
     ]  # fmt: skip
-    candidates = same_log or [s for s in sources if _matches(s, component, node, pod, log)]
+    candidates = same_log or [s for s in sources if _matches(s, served)]
     latest = max(candidates, key=lambda s: s.generation, default=None)
     same_start = latest is not None and first is not None and latest.first_position == first[0]
     if latest is not None and first is not None and same_start and latest.first_hash not in (None, first[1]):
         latest = None  # its first event is another: the log was recreated
     if latest is None:
-        return _new_source(file, component, node, pod, log, domain, scheme, first), True
-    file.update_source(latest.id, pod=pod, scheme=scheme, first=first)
+        return _new_source(file, served), True
+    file.update_source(latest.id, pod=served.pod, scheme=served.scheme, first=first)
     return file.source(latest.id), False
 
 
-def _new_source(
-    file: CollectedFile,
-    component: str,
-    node: str,
-    pod: str,
-    log: str,
-    domain: str,
-    scheme: tuple[str, int, str],
-    first: tuple[int, str] | None,
-) -> Source:
+def _new_source(file: CollectedFile, served: _ServedLog) -> Source:
     return file.add_source(
-        component=component, node=node, pod=pod, log=log, domain_uid=domain, scheme=scheme, first=first
+        component=served.component,
+        node=served.node,
+        pod=served.pod,
+        log=served.log,
+        domain_uid=served.domain,
+        scheme=served.scheme,
+        first=served.first,
     )

@@ -20,7 +20,7 @@ cdctl.controller.app runs it inside API discovery, the event log, the HTTP endpo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -28,6 +28,7 @@ import structlog
 
 from cdctl.api.isolation import CLIQUE_NODE_LABEL
 from cdctl.api.shareddaemon import SHARED_DAEMON_SELECTOR
+from cdctl.asynctasks import run_until_first_ends
 from cdctl.controller.actions import Actions
 from cdctl.controller.computedomain import ComputeDomainReconciler
 from cdctl.controller.context import ReconcileContext
@@ -281,17 +282,3 @@ class ControllerManager:
             for uid in sorted(self.reconciler.channels.book.domains()):  # a domain gone, its channel held
                 self.queue.add(uid)
             await asyncio.sleep(self.settings.cleanup_interval_s)
-
-
-async def run_until_first_ends(*work: Coroutine[Any, Any, None]) -> None:
-    """Run the coroutines together; whichever ends first ends all, and its error is raised."""
-    tasks = [asyncio.ensure_future(coroutine) for coroutine in work]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    for task in done:
-        if not task.cancelled():
-            task.result()

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 
 import structlog
 
+from cdctl.asynctasks import run_until_first_ends
 from cdctl.daemon.check import CheckSettings, shared_clique
 from cdctl.daemon.files import write_config, write_node_list
 from cdctl.daemon.journal import Journal
@@ -179,22 +180,14 @@ class DaemonApp:
             assert supervisor.error is not None
             raise supervisor.error
 
-        tasks = [
-            asyncio.create_task(follow(), name="peers"),
-            asyncio.create_task(monitor_readiness(), name="readiness"),
-            asyncio.create_task(supervision_failed(), name="supervision"),
-            asyncio.create_task(stop.wait(), name="stop"),
-        ]
         try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            await run_until_first_ends(
+                asyncio.create_task(follow(), name="peers"),
+                asyncio.create_task(monitor_readiness(), name="readiness"),
+                asyncio.create_task(supervision_failed(), name="supervision"),
+                asyncio.create_task(stop.wait(), name="stop"),
+            )
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             await supervisor.stop()
-        for task in done:
-            error = task.exception()
-            if error is not None:
-                raise error
         if not stop.is_set():
             raise RetriableError("the peer watch ended unexpectedly")

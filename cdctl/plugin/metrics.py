@@ -4,27 +4,20 @@ The registry is the plugin's component registry (cdctl.metrics: process, build i
 the event log's metrics (cdctl.store.metrics). Every metric is listed in docs/metrics.md.
 
 Counted by cdctl.plugin.driver per claim and by the checkpoint after each change; served by the plugin
-process on `--http-endpoint` at `--metrics-path` (plus `/healthz`, and with a log server the read-only event
-log routes of cdctl.store.logserver). Every labelled series exists from the
-start with value zero. Unlike the Go plugin, `nvidia_dra_requests_total` counts every request, not only
-the successful ones; failures are also counted by error type.
+process on `--http-endpoint` at `--metrics-path` by `MetricsEndpoint` (cdctl.httpendpoint: plus `/healthz`,
+and with a log server the read-only event log routes of cdctl.store.logserver). Every labelled series exists
+from the start with value zero. Unlike the Go plugin, `nvidia_dra_requests_total` counts every request, not
+only the successful ones; failures are also counted by error type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aiohttp import web
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from cdctl.domain.claims import ClaimRecord
+from cdctl.httpendpoint import ComponentHttpEndpoint
 from cdctl.metrics import component_registry
 from cdctl.store.logserver import LogServer
 
@@ -88,47 +81,11 @@ class PluginMetrics:
             self.prepared.labels(self.node, DRIVER, kind).set(n)
 
 
-def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """The Go forms ":8081", "host:port", "[::1]:8081"."""
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"invalid --http-endpoint {endpoint!r}: want [host]:port")
-    return host.strip("[]") or "0.0.0.0", int(port)
+class MetricsEndpoint(ComponentHttpEndpoint):
+    """The plugin's HTTP endpoint: what every component serves (cdctl.httpendpoint), with its metrics."""
 
-
-class MetricsEndpoint:
     def __init__(
         self, endpoint: str, path: str, metrics: PluginMetrics, log_server: LogServer | None = None
     ) -> None:
-        self.host, self.port = parse_endpoint(endpoint)
-        self.path = path or "/metrics"
+        super().__init__(endpoint, path, metrics.registry, log_server)
         self.metrics = metrics
-        self.log_server = log_server
-        self._runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get(self.path, self._serve)
-        app.router.add_get("/healthz", self._healthz)
-        if self.log_server is not None:
-            self.log_server.add_routes(app)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or ()
-        if self.port == 0 and sockets:
-            self.port = sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def _serve(self, _: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
-    async def _healthz(self, _: web.Request) -> web.Response:
-        return web.Response(text="ok")

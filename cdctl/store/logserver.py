@@ -1,7 +1,7 @@
 """The read-only event-log endpoint of a component's HTTP server, which `cdctl collect` reads through the API
 server's pod proxy.
 
-Routes, added to the component's aiohttp application (cdctl.controller.http, cdctl.plugin.metrics):
+Routes, added to the component's aiohttp application (cdctl.httpendpoint):
 - `GET /eventlog`: the logs this component serves (its own; the plugin adds its node's IMEX daemon logs),
   each with its component, domain, state (live or kept), chain scheme, first available event and head, and
   per log an error where one cannot be read. JSON.

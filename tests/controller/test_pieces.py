@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cdctl.controller.clique import index_changes
-from cdctl.controller.http import parse_endpoint
 from cdctl.controller.observations import kept_form, pod_is_ready, summarize
 from cdctl.domain.computedomains import CliqueEntryRemoved, CliqueIndexAssigned, DaemonEntry
+from cdctl.httpendpoint import parse_endpoint
 
 
 @pytest.mark.parametrize(

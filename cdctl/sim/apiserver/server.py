@@ -21,7 +21,6 @@ import socket
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
@@ -30,6 +29,7 @@ from aiohttp import web
 from cdctl.sim.apiserver.audit import AuditLog
 from cdctl.sim.apiserver.faults import FaultPlan
 from cdctl.sim.apiserver.handlers import build_app
+from cdctl.sim.apiserver.lifecycle import StartStop
 from cdctl.sim.apiserver.proxy import PodNetwork
 from cdctl.sim.apiserver.rbac import Rbac
 from cdctl.sim.apiserver.requestcounts import RequestCounts
@@ -39,7 +39,7 @@ from cdctl.sim.apiserver.store import ObjectStore
 KUBECONFIG_TOKEN = "cdctl-sim"  # the server accepts any credentials; clients still send one
 
 
-class ApiServer:
+class ApiServer(StartStop):
     def __init__(
         self,
         store: ObjectStore | None = None,
@@ -137,15 +137,6 @@ class ApiServer:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(self.kubeconfig(token), sort_keys=False))
         return path
-
-    async def __aenter__(self) -> ApiServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
 
 def _free_port(host: str) -> int:

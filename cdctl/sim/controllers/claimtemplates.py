@@ -141,7 +141,6 @@ class ClaimTemplateController:
         claims_type = self.store.type_of(*CLAIMS)
         claims, _ = self.store.list_objects(claims_type, copies=False)  # read only: writes go to copies
         for claim in claims:
-            namespace, name = claim["metadata"]["namespace"], claim["metadata"]["name"]
             status = claim.get("status") or {}
             reserved = status.get("reservedFor") or []
             kept = [r for r in reserved if r.get("resource") != "pods" or r.get("uid") in live_pod_uids]
@@ -151,30 +150,28 @@ class ClaimTemplateController:
                     if kept
                     else {k: v for k, v in status.items() if k != "reservedFor"}
                 )
-                claim = self.store.update(
-                    claims_type,
-                    namespace,
-                    name,
-                    {**claim, "status": status},
-                    subresource="status",
-                    user=RESOURCE_CLAIM_CONTROLLER,
-                )
+                claim = self._write_status(claim, status)
             if claim["metadata"].get("deletionTimestamp") and not kept:
                 self._let_go(claim)
+
+    def _write_status(self, claim: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        """Replace the claim's status (its status subresource, as the controller); the claim as written."""
+        namespace, name = claim["metadata"]["namespace"], claim["metadata"]["name"]
+        return self.store.update(
+            self.store.type_of(*CLAIMS),
+            namespace,
+            name,
+            {**claim, "status": status},
+            subresource="status",
+            user=RESOURCE_CLAIM_CONTROLLER,
+        )
 
     def _let_go(self, claim: dict[str, Any]) -> None:
         claims_type = self.store.type_of(*CLAIMS)
         namespace, name = claim["metadata"]["namespace"], claim["metadata"]["name"]
         if (claim.get("status") or {}).get("allocation"):
             status = {k: v for k, v in claim["status"].items() if k not in ("allocation", "devices")}
-            claim = self.store.update(
-                claims_type,
-                namespace,
-                name,
-                {**claim, "status": status},
-                subresource="status",
-                user=RESOURCE_CLAIM_CONTROLLER,
-            )
+            claim = self._write_status(claim, status)
         finalizers = claim["metadata"].get("finalizers") or []
         if DELETE_PROTECTION_FINALIZER in finalizers:
             kept = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]

@@ -27,7 +27,6 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from cdctl.projections.lifecycle import lifecycle_projections
@@ -38,6 +37,7 @@ from cdctl.sim.controllers.jobs import JOB_NAME_LABEL
 from cdctl.sim.rack.checks import has_channel0
 from cdctl.sim.rack.faults import kill_controller, kill_daemon, kill_kubelet, kill_plugin
 from cdctl.sim.rack.launch import Rack
+from cdctl.sim.rack.observe import CommitListener
 from cdctl.store.sqlite import SqliteEventStore
 
 KINDS = ("controller", "plugin", "daemon", "kubelet")
@@ -156,20 +156,10 @@ class Monkey:
 
 
 @dataclass
-class Witness:
+class Witness(CommitListener):
     """Every worker pod turning Running, with whether its devices resolved to the channel at that moment."""
 
-    rack: Rack
     ran: dict[str, tuple[str, str, bool]] = field(default_factory=dict)  # pod uid -> (name, node, channel0)
-
-    def __enter__(self) -> Witness:
-        self.rack.store.hub.listeners.append(self._note)
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.rack.store.hub.listeners.remove(self._note)
 
     def _note(self, event: StoredEvent) -> None:
         if event.storage_key != PODS or event.type == "DELETED":

@@ -27,8 +27,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
+from cdctl.sim.apiserver.lifecycle import StartStop
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.sim.apiserver.settings import ServerSettings
 from cdctl.sim.controllers.allocator import Allocator
@@ -57,7 +57,7 @@ class NodeTimings:
     dra_reconcile_s: float = 60.0  # kubelet DRA manager: unprepare claims of pods gone while it was down
 
 
-class SimCluster:
+class SimCluster(StartStop):
     def __init__(
         self,
         work_dir: Path,
@@ -171,15 +171,6 @@ class SimCluster:
         for kubelet in self.kubelets.values():
             await kubelet.stop()
         await self.apiserver.stop()
-
-    async def __aenter__(self) -> SimCluster:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
 
 async def serve_cluster_until_stopped(

@@ -7,6 +7,8 @@
   Ready and listed under its own address (None when nothing does).
 - `imex_starts(rack, address)`: how often the fake IMEX at that address (a daemon pod's IP) started
   (cdctl.sim.node.fakeimex counts every start).
+- `CommitListener`: the base of what follows the API server's commit hook while in a `with` block (its
+  `_note` sees every commit); `Timeline` here and cdctl.sim.rack.chaos.Witness are ones.
 - `Timeline(rack, uid)`: from the API server's commit hook, when (monotonic seconds) each node's worker pod
   was created, turned Running or went away, its domain label came or went, its daemon pod was created, turned
   Ready or went away, its clique entry appeared, moved or went, and `status.nodes` listed it, called it
@@ -19,7 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.sim.apiserver.watch import StoredEvent
@@ -120,15 +122,12 @@ class Change:
 
 
 @dataclass
-class Timeline:
-    """Per node, what changed about the domain `uid` and when (`changes`, in commit order)."""
+class CommitListener:
+    """Inside `with`, `_note` is called with every commit of the rack's API server (before its watches)."""
 
     rack: Rack
-    uid: str
-    workers_namespace: str
-    changes: list[Change] = field(default_factory=list)
 
-    def __enter__(self) -> Timeline:
+    def __enter__(self) -> Self:
         self.rack.store.hub.listeners.append(self._note)
         return self
 
@@ -136,6 +135,18 @@ class Timeline:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.rack.store.hub.listeners.remove(self._note)
+
+    def _note(self, event: StoredEvent) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Timeline(CommitListener):
+    """Per node, what changed about the domain `uid` and when (`changes`, in commit order)."""
+
+    uid: str
+    workers_namespace: str
+    changes: list[Change] = field(default_factory=list)
 
     def first(self, node: str, what: str, after: float = 0.0) -> float | None:
         """When `node` first saw `what` at or after `after`; None if it has not."""
