@@ -29,8 +29,9 @@ from cdctl.controller.actions import typed
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.observations import KIND_NODE
 from cdctl.controller.view import DomainState
-from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN, DaemonEntry
+from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN, DaemonEntry, DomainObjectObserved
 from cdctl.k8s.errors import KubeApiError
+from cdctl.k8s.informer import Change
 from cdctl.k8s.resources import NODES
 
 
@@ -60,9 +61,26 @@ class NodeLabels:
                     "labels": {LABEL_COMPUTE_DOMAIN: None},
                 }
             }
-            await self.ctx.actions.merge_patch(uid, "remove-label", NODES, None, str(meta["name"]), patch)
+            patched = await self.ctx.actions.merge_patch(
+                uid, "remove-label", NODES, None, str(meta["name"]), patch
+            )
             changed += 1
+            if patched is not None and not self.ctx.settings.per_domain_daemons:
+                await self._left(uid, patched)
         return changed
+
+    async def _left(self, uid: str, node: dict[str, Any]) -> None:
+        """A domain made before a switch to a mode that watches no labelled node (`channel` isolation,
+        HostManagedIMEX): no watch will say the node left it, so its view would keep the node (and reconcile
+        the gone domain again at every sweep); record it here."""
+        meta = node.get("metadata") or {}
+        name, node_uid, version = (
+            str(meta["name"]),
+            str(meta.get("uid", "")),
+            str(meta.get("resourceVersion", "")),
+        )
+        left = DomainObjectObserved(uid, KIND_NODE, "", name, node_uid, version, str(Change.DELETED))
+        await self.ctx.actions.record(uid, [left])
 
     async def report_not_ready(
         self, state: DomainState, cd: dict[str, Any], nodes: Sequence[DaemonEntry]
