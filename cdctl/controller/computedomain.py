@@ -17,7 +17,12 @@ metrics read the view, so a domain that left it is forgotten). Under `channel` i
 domains, cdctl.controller.channels) a live domain gets its finalizer, the workload template, a channel in each
 clique of its allocated claims and its status; teardown is HostManagedIMEX's plus the release of its channels
 where none of its claims is allocated any more (a domain gone keeps the others until its claims go, as an
-orphan the sweep and its claims' changes bring back). Called by the work queue of
+orphan the sweep and its claims' changes bring back). Teardown follows what the view says the domain owns,
+not only the mode: a domain made with per-domain daemons before a switch to HostManagedIMEX or `channel`
+isolation (the view rebuilt from the log knows its DaemonSet, daemon template and labelled nodes, which no
+watch follows any more) gets the per-domain steps, and a DaemonSet or node that left unseen is recorded as
+gone; a domain that holds channels, made under `channel` isolation, releases them under any mode (outside it
+all of them: its claims are not watched there). Called by the work queue of
 cdctl.controller.manager with the domain's uid.
 """
 
@@ -182,6 +187,9 @@ class ComputeDomainReconciler:
         async with self.ctx.actions.pipelined():
             await self.daemon_sets.remove_finalizers(state)
         state = self.ctx.view.domain(uid)
+        if not self.ctx.settings.per_domain_daemons:  # made before a switch: no watch sees them go
+            await self.daemon_sets.forget_gone(state)
+            state = self.ctx.view.domain(uid)
         self._assert_gone(self.daemon_sets.remaining(state), "daemon objects")
         if self._releases_channels(uid):  # the channels' clique objects go with their release
             await self.channels.release_gone(state)

@@ -9,7 +9,8 @@ domain's daemons never ran: most domains) the list is skipped, and a label the w
 teardown puts that node in the view of a domain that no longer exists, which the orphan teardown clears
 the same way. Each label goes by a merge patch of that one label, guarded by the listed resourceVersion (a
 node changed since answers 409 and the teardown retries), so the controller's role needs `patch` on Nodes,
-not `update` of the whole object.
+not `update` of the whole object. In a mode whose watch does not follow labelled nodes (a domain made
+before a switch to `channel` isolation or HostManagedIMEX) the nodes the view knew leave the domain by record.
 
 While the domain runs, a node it lists in `status.nodes` whose Node is not Ready (its kubelet stopped
 posting status, so the node lifecycle controller set Ready to Unknown) is reported on the ComputeDomain as a
@@ -29,9 +30,8 @@ from cdctl.controller.actions import typed
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.observations import KIND_NODE
 from cdctl.controller.view import DomainState
-from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN, DaemonEntry, DomainObjectObserved
+from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN, DaemonEntry
 from cdctl.k8s.errors import KubeApiError
-from cdctl.k8s.informer import Change
 from cdctl.k8s.resources import NODES
 
 
@@ -61,26 +61,12 @@ class NodeLabels:
                     "labels": {LABEL_COMPUTE_DOMAIN: None},
                 }
             }
-            patched = await self.ctx.actions.merge_patch(
-                uid, "remove-label", NODES, None, str(meta["name"]), patch
-            )
+            await self.ctx.actions.merge_patch(uid, "remove-label", NODES, None, str(meta["name"]), patch)
             changed += 1
-            if patched is not None and not self.ctx.settings.per_domain_daemons:
-                await self._left(uid, patched)
+        if not self.ctx.settings.per_domain_daemons:  # no watch follows labelled nodes: say they left
+            for node in state.of_kind(KIND_NODE):
+                await self.ctx.actions.forget(uid, node)
         return changed
-
-    async def _left(self, uid: str, node: dict[str, Any]) -> None:
-        """A domain made before a switch to a mode that watches no labelled node (`channel` isolation,
-        HostManagedIMEX): no watch will say the node left it, so its view would keep the node (and reconcile
-        the gone domain again at every sweep); record it here."""
-        meta = node.get("metadata") or {}
-        name, node_uid, version = (
-            str(meta["name"]),
-            str(meta.get("uid", "")),
-            str(meta.get("resourceVersion", "")),
-        )
-        left = DomainObjectObserved(uid, KIND_NODE, "", name, node_uid, version, str(Change.DELETED))
-        await self.ctx.actions.record(uid, [left])
 
     async def report_not_ready(
         self, state: DomainState, cd: dict[str, Any], nodes: Sequence[DaemonEntry]

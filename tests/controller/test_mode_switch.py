@@ -88,3 +88,27 @@ async def test_a_domain_made_under_channel_isolation_releases_its_channels_under
         assert manager.journal.channels.clique(CLIQUE).released == (1,)
         assert cluster.list(*CLIQUES) == []
         assert cluster.list(*RCT) == []
+
+
+async def test_a_daemon_set_deleted_by_someone_else_after_a_switch_does_not_hold_the_teardown(
+    tmp_path: Path,
+) -> None:
+    """No DaemonSet watch runs after the switch: the one the log knows, already gone, is not waited for."""
+    db = str(tmp_path / "controller.db")
+    async with Cluster(tmp_path) as cluster:
+        task, _ = await cluster.start_controller(db_path=db)
+        uid = cluster.create_domain("cd1")["metadata"]["uid"]
+        daemon = f"computedomain-daemon-{uid}"
+        await eventually(lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, daemon))
+        await eventually(lambda: (cluster.domain("cd1") or {}).get("status"))
+        await cluster.stop_controller(task)
+        daemon_sets = cluster.type_of("apps", "daemonsets")
+        found = cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, daemon)
+        found["metadata"]["finalizers"] = []  # an administrator cleared it by hand
+        cluster.server.store.update(daemon_sets, DRIVER_NAMESPACE, daemon, found)
+        cluster.server.store.delete(daemon_sets, DRIVER_NAMESPACE, daemon)
+
+        await cluster.start_controller(db_path=db, **HOST_MANAGED)
+        cluster.delete_domain("cd1")
+        await eventually(lambda: cluster.domain("cd1") is None)
+        assert cluster.list(*RCT) == []
