@@ -14,6 +14,7 @@ the write; the event log records each one anyway). Used by every reconciler modu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -29,6 +30,7 @@ from cdctl.domain.computedomains import (
     DomainActionFailed,
     DomainActionIntended,
     DomainActionSucceeded,
+    DomainObjectObserved,
 )
 from cdctl.domain.errors import PermanentError, RetriableError
 from cdctl.domain.events import DomainEvent
@@ -92,6 +94,11 @@ class Actions:
             await self.journal.record_queued(uid, events)
         else:
             await self.journal.record(uid, events)
+
+    async def forget(self, uid: str, known: DomainObjectObserved) -> None:
+        """Record that an object the view holds for the domain is gone or no longer carries its label, where
+        no watch follows that kind in the current mode to say so (a domain made before a switch of mode)."""
+        await self.record(uid, [dataclasses.replace(known, change=str(Change.DELETED))])
 
     async def _intend(self, uid: str, action: str, resource: ResourceType, namespace: str, name: str) -> None:
         await self.record(uid, [DomainActionIntended(uid, action, resource.kind, namespace, name)])

@@ -225,7 +225,14 @@ class Channels:
         namespace = state.cd.namespace if state.cd is not None else None
         held = self.book.of_domain(uid)
         busy: set[str] = set()
-        for node, _ in self.claim_nodes(state, namespace or self._namespace_of(uid)):
+        # Outside `channel` isolation (a domain made before the switch) nothing hands channels out and the
+        # claims are not watched, so what the view holds of them is stale: every channel goes with the domain.
+        claims = (
+            self.claim_nodes(state, namespace or self._namespace_of(uid))
+            if self.ctx.settings.channel_isolation
+            else []
+        )
+        for node, _ in claims:
             clique = self.node_clique(node)
             if not clique:  # a claim on a node of unknown clique may be in any: release nothing yet
                 return

@@ -17,7 +17,12 @@ metrics read the view, so a domain that left it is forgotten). Under `channel` i
 domains, cdctl.controller.channels) a live domain gets its finalizer, the workload template, a channel in each
 clique of its allocated claims and its status; teardown is HostManagedIMEX's plus the release of its channels
 where none of its claims is allocated any more (a domain gone keeps the others until its claims go, as an
-orphan the sweep and its claims' changes bring back). Called by the work queue of
+orphan the sweep and its claims' changes bring back). Teardown follows what the view says the domain owns,
+not only the mode: a domain made with per-domain daemons before a switch to HostManagedIMEX or `channel`
+isolation (the view rebuilt from the log knows its DaemonSet, daemon template and labelled nodes, which no
+watch follows any more) gets the per-domain steps, and a DaemonSet or node that left unseen is recorded as
+gone; a domain that holds channels, made under `channel` isolation, releases them under any mode (outside it
+all of them: its claims are not watched there). Called by the work queue of
 cdctl.controller.manager with the domain's uid.
 """
 
@@ -34,6 +39,7 @@ from cdctl.controller.clique import Cliques
 from cdctl.controller.context import ReconcileContext
 from cdctl.controller.daemonset import DaemonSets
 from cdctl.controller.nodes import NodeLabels
+from cdctl.controller.observations import KIND_NODE
 from cdctl.controller.resourceclaimtemplate import CONFLICT_REASON, ClaimTemplateConflict, ClaimTemplates
 from cdctl.controller.status import Status
 from cdctl.controller.view import DomainState
@@ -162,8 +168,11 @@ class ComputeDomainReconciler:
         return cached if cached is not None and cached["metadata"].get("uid") == state.uid else cd
 
     async def teardown(self, state: DomainState, cd: JsonObject | None) -> None:
-        """The reference's delete flow; the view is read again after each step that wrote."""
-        if not self.ctx.settings.per_domain_daemons:
+        """The reference's delete flow; the view is read again after each step that wrote. It follows what
+        the domain owns, not only the current mode: a domain made with per-domain daemons before a switch to
+        `channel` isolation or HostManagedIMEX still has its DaemonSet, daemon template and node labels
+        removed, and one that holds channels has them released under any mode."""
+        if not self.ctx.settings.per_domain_daemons and not self._owns_daemon_objects(state):
             await self._teardown_shared(state, cd)
             return
         uid = state.uid
@@ -178,24 +187,40 @@ class ComputeDomainReconciler:
         async with self.ctx.actions.pipelined():
             await self.daemon_sets.remove_finalizers(state)
         state = self.ctx.view.domain(uid)
+        if not self.ctx.settings.per_domain_daemons:  # made before a switch: no watch sees them go
+            await self.daemon_sets.forget_gone(state)
+            state = self.ctx.view.domain(uid)
         self._assert_gone(self.daemon_sets.remaining(state), "daemon objects")
+        if self._releases_channels(uid):  # the channels' clique objects go with their release
+            await self.channels.release_gone(state)
+            await self._release(state, cd)
+            return
         async with self.ctx.actions.pipelined():
             await self.cliques.delete_all(state)
             await self._release(state, cd)
 
     async def _teardown_shared(self, state: DomainState, cd: JsonObject | None) -> None:
         """HostManagedIMEX or `channel` isolation: only the workload template was made, so only it is
-        deleted and waited for; under `channel` the domain's channels are released in the cliques where none
-        of its claims is allocated any more (the others when those claims go: the domain does not wait)."""
+        deleted and waited for; the domain's channels are released in the cliques where none of its claims
+        is allocated any more (the others when those claims go: the domain does not wait)."""
         uid = state.uid
         await self.templates.delete(state, TARGET_WORKLOAD)
         state = self.ctx.view.domain(uid)
         await self.templates.remove_finalizers(state, TARGET_WORKLOAD)
         state = self.ctx.view.domain(uid)
         self._assert_gone(self.templates.remaining(state, TARGET_WORKLOAD), "workload ResourceClaimTemplate")
-        if self.ctx.settings.channel_isolation:
+        if self._releases_channels(uid):
             await self.channels.release_gone(state)
         await self._release(state, cd)
+
+    def _owns_daemon_objects(self, state: DomainState) -> bool:
+        """Whether the domain has a DaemonSet, a daemon template or a labelled node (made before the mode
+        changed to one without per-domain daemons: the view rebuilt from the log still knows them)."""
+        return bool(self.daemon_sets.remaining(state) or state.of_kind(KIND_NODE))
+
+    def _releases_channels(self, uid: str) -> bool:
+        """Under `channel` isolation, or for a domain that got channels before a switch away from it."""
+        return self.ctx.settings.channel_isolation or self.channels.holds(uid)
 
     async def _release(self, state: DomainState, cd: JsonObject | None) -> None:
         """Last teardown step of a domain that still exists: remove its finalizer, record the teardown."""

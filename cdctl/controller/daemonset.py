@@ -4,7 +4,8 @@
 and then the DaemonSet `computedomain-daemon-<uid>` in the driver namespace (a fixed name, so only one create
 can win); a DaemonSet someone deleted while the domain lives is released and recreated. Teardown deletes
 the template before the DaemonSet in every namespace, then, once the rest of the domain is gone, removes
-their finalizers. Called by cdctl.controller.computedomain.
+their finalizers; after a switch to a mode without a DaemonSet watch, one already gone is forgotten.
+Called by cdctl.controller.computedomain.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ class DaemonSets:
                 await self.ctx.actions.set_finalizer(
                     state.uid, DAEMON_SETS, ds.namespace, ds.name, FINALIZER, False
                 )
+
+    async def forget_gone(self, state: DomainState) -> None:
+        """Without a DaemonSet watch (the mode was switched away from per-domain daemons), a DaemonSet the
+        view holds from the log that the API no longer has is recorded as gone: teardown waits no more."""
+        for ds in state.of_kind(KIND_DAEMON_SET):
+            found = await self.ctx.actions.get(DAEMON_SETS, ds.namespace, ds.name)
+            if found is None or (found.get("metadata") or {}).get("uid") != ds.uid:
+                await self.ctx.actions.forget(state.uid, ds)
 
     def remaining(self, state: DomainState) -> list[str]:
         daemon_sets = [f"DaemonSet {d.namespace}/{d.name}" for d in state.of_kind(KIND_DAEMON_SET)]

@@ -9,7 +9,8 @@ domain's daemons never ran: most domains) the list is skipped, and a label the w
 teardown puts that node in the view of a domain that no longer exists, which the orphan teardown clears
 the same way. Each label goes by a merge patch of that one label, guarded by the listed resourceVersion (a
 node changed since answers 409 and the teardown retries), so the controller's role needs `patch` on Nodes,
-not `update` of the whole object.
+not `update` of the whole object. In a mode whose watch does not follow labelled nodes (a domain made
+before a switch to `channel` isolation or HostManagedIMEX) the nodes the view knew leave the domain by record.
 
 While the domain runs, a node it lists in `status.nodes` whose Node is not Ready (its kubelet stopped
 posting status, so the node lifecycle controller set Ready to Unknown) is reported on the ComputeDomain as a
@@ -62,6 +63,9 @@ class NodeLabels:
             }
             await self.ctx.actions.merge_patch(uid, "remove-label", NODES, None, str(meta["name"]), patch)
             changed += 1
+        if not self.ctx.settings.per_domain_daemons:  # no watch follows labelled nodes: say they left
+            for node in state.of_kind(KIND_NODE):
+                await self.ctx.actions.forget(uid, node)
         return changed
 
     async def report_not_ready(

@@ -1,0 +1,114 @@
+"""Domains that outlive a switch of mode (`helm upgrade` of isolation or HostManagedIMEX) are torn down whole.
+
+A domain made with per-domain daemons (`domain` isolation, driver-managed) owns a DaemonSet, a daemon
+ResourceClaimTemplate, clique objects and node labels; after a restart under `channel` isolation or
+HostManagedIMEX its deletion still removes all of them (the view rebuilt from the log knows them). A domain
+made under `channel` isolation holds channels; torn down after a restart under `domain` isolation it releases
+them. The restart keeps the event log (`db_path`), as the controller's PersistentVolumeClaim does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdctl.api.isolation import CLIQUE_NODE_LABEL, ImexIsolation
+from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
+from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, Cluster, eventually
+from tests.controller.test_channels import CLIQUE, channel_of, domain_with_claim, gpu_node, release_claim
+
+RCT = ("resource.k8s.io", "resourceclaimtemplates")
+CLIQUES = ("resource.nvidia.com", "computedomaincliques")
+CHANNEL = {"imex_isolation": ImexIsolation.CHANNEL}
+HOST_MANAGED = {"gates": "HostManagedIMEX=true"}
+
+
+def labelled_nodes(cluster: Cluster, uid: str) -> list[str]:
+    nodes = cluster.list("", "nodes")
+    return [n["metadata"]["name"] for n in nodes if n["metadata"]["labels"].get(LABEL_COMPUTE_DOMAIN) == uid]
+
+
+@pytest.mark.parametrize("after", [CHANNEL, HOST_MANAGED], ids=["to-channel", "to-host-managed"])
+async def test_a_domain_with_its_own_daemons_is_torn_down_whole_after_a_switch(
+    tmp_path: Path, after: dict[str, Any]
+) -> None:
+    db = str(tmp_path / "controller.db")
+    async with Cluster(tmp_path) as cluster:
+        task, _ = await cluster.start_controller(db_path=db)
+        uid = cluster.create_domain("cd1", num_nodes=2)["metadata"]["uid"]
+        daemon = f"computedomain-daemon-{uid}"
+        await eventually(lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, daemon))
+        await eventually(lambda: cluster.get(*RCT, USER_NAMESPACE, "cd1-channel"))
+        for node, ip in (("node-a", "10.0.0.1"), ("node-b", "10.0.0.2")):
+            gpu_node(cluster, node)  # a GPU node of the rack, which the plugin labelled for the domain
+            cluster.label_node(node, uid)
+            cluster.run_daemon(uid, node, ip, CLIQUE, ready=True)
+        await eventually(lambda: (cluster.domain("cd1") or {}).get("status", {}).get("status") == "Ready")
+        await cluster.stop_controller(task)
+
+        _, manager = await cluster.start_controller(db_path=db, **after)
+        cluster.delete_domain("cd1")
+        await eventually(lambda: cluster.domain("cd1") is None)
+        assert cluster.list("apps", "daemonsets") == []
+        assert cluster.list(*RCT) == []  # the workload template and the daemon template
+        assert cluster.list(*CLIQUES) == []
+        assert labelled_nodes(cluster, uid) == []
+        assert cluster.get("", "nodes", "", "node-a")["metadata"]["labels"][CLIQUE_NODE_LABEL] == CLIQUE
+        # The gone domain's view keeps none of them: a sweep has nothing to tear down again.
+        left = manager.view.domain(uid)
+        assert [
+            o.kind for o in left.objects.values() if o.kind in ("DaemonSet", "ResourceClaimTemplate", "Node")
+        ] == []
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [(CHANNEL, {}), ({**CHANNEL, **HOST_MANAGED}, HOST_MANAGED)],
+    ids=["driver-managed", "host-managed"],
+)
+async def test_a_domain_made_under_channel_isolation_releases_its_channels_under_domain_isolation(
+    tmp_path: Path, before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    db = str(tmp_path / "controller.db")
+    async with Cluster(tmp_path) as cluster:
+        task, _ = await cluster.start_controller(db_path=db, **before)
+        gpu_node(cluster, "node-a")
+        uid = await domain_with_claim(cluster, "job", "node-a")
+        await eventually(lambda: channel_of(cluster, uid) == 1)
+        await cluster.stop_controller(task)
+
+        _, manager = await cluster.start_controller(db_path=db, **after)
+        assert manager.journal.channels.of_domain(uid) == {CLIQUE: 1}  # from the log
+        release_claim(cluster, "job-worker-0")  # drained, as docs/channel-isolation.md asks
+        cluster.delete_domain("job")
+        await eventually(lambda: cluster.domain("job") is None)
+        await eventually(lambda: manager.journal.channels.of_domain(uid) == {})
+        assert manager.journal.channels.clique(CLIQUE).released == (1,)
+        assert cluster.list(*CLIQUES) == []
+        assert cluster.list(*RCT) == []
+
+
+async def test_a_daemon_set_deleted_by_someone_else_after_a_switch_does_not_hold_the_teardown(
+    tmp_path: Path,
+) -> None:
+    """No DaemonSet watch runs after the switch: the one the log knows, already gone, is not waited for."""
+    db = str(tmp_path / "controller.db")
+    async with Cluster(tmp_path) as cluster:
+        task, _ = await cluster.start_controller(db_path=db)
+        uid = cluster.create_domain("cd1")["metadata"]["uid"]
+        daemon = f"computedomain-daemon-{uid}"
+        await eventually(lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, daemon))
+        await eventually(lambda: (cluster.domain("cd1") or {}).get("status"))
+        await cluster.stop_controller(task)
+        daemon_sets = cluster.type_of("apps", "daemonsets")
+        found = cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, daemon)
+        found["metadata"]["finalizers"] = []  # an administrator cleared it by hand
+        cluster.server.store.update(daemon_sets, DRIVER_NAMESPACE, daemon, found)
+        cluster.server.store.delete(daemon_sets, DRIVER_NAMESPACE, daemon)
+
+        await cluster.start_controller(db_path=db, **HOST_MANAGED)
+        cluster.delete_domain("cd1")
+        await eventually(lambda: cluster.domain("cd1") is None)
+        assert cluster.list(*RCT) == []
