@@ -28,6 +28,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "imagePullSecrets": [{"name": "registry-creds"}],
     },
     "host-managed": {"featureGates": {"HostManagedIMEX": True}},
+    "host-managed-no-cleanup": {
+        "featureGates": {"HostManagedIMEX": True},
+        "controller": {"cleanupAfterModeSwitch": False},
+    },
+    "channel-no-cleanup": {
+        "resources": {"computeDomains": {"imex": {"isolation": "channel"}}},
+        "controller": {"cleanupAfterModeSwitch": False},
+    },
     "leader-election": {"controller": {"replicas": 2, "leaderElection": {"enabled": True}}},
     "rack-domains": {
         "controller": {

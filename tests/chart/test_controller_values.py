@@ -61,9 +61,11 @@ def test_rack_domains_add_exactly_their_grants(rendered: dict[str, list[dict[str
         ("training", "resource.k8s.io", "resourceclaims"): READ,
     }
     host = _grants(rendered["rack-domains-host-managed"])[CONTROLLER]
-    assert host[("*", "", "nodes")] == READ  # no node labels to remove under HostManagedIMEX: read only
+    # Under HostManagedIMEX no node is labelled for a domain: the patch is only for domains made before a
+    # switch of mode (controller.cleanupAfterModeSwitch); racks add reading them.
+    assert host[("*", "", "nodes")] == READ | {"patch"}
     assert host[("default", "resource.nvidia.com", "computedomains")] == {"create", "delete"}
-    assert _grants(rendered["host-managed"])[CONTROLLER].get(("*", "", "nodes")) is None
+    assert _grants(rendered["host-managed"])[CONTROLLER][("*", "", "nodes")] == {"get", "list", "patch"}
     assert NAMESPACE not in {key[0] for key in with_racks if key[2] == "resourceclaims"}
 
 

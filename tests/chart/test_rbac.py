@@ -147,8 +147,17 @@ def test_default_mode_grants_exactly_what_is_needed(rendered: dict[str, list[dic
     }
 
 
+# What tearing down a domain made before a switch to a mode without per-domain daemons needs
+# (controller.cleanupAfterModeSwitch): its DaemonSet read, released and deleted, its cliques deleted, its Node
+# label found and patched off. Nothing creates, lists or watches DaemonSets in these modes.
+CLEANUP_AFTER_SWITCH = {
+    (NAMESPACE, "apps", "daemonsets"): {"get", "patch", "delete"},
+    ("*", "", "nodes"): {"get", "list", "patch"},
+}
+
+
 def test_host_managed_mode_drops_everything_daemon_related(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    grants = _grants(rendered["host-managed"])
+    grants = _grants(rendered["host-managed-no-cleanup"])
     assert DAEMON not in grants
     assert grants[CONTROLLER] == {
         ("*", "resource.nvidia.com", "computedomains"): READ | {"update"},
@@ -156,6 +165,11 @@ def test_host_managed_mode_drops_everything_daemon_related(rendered: dict[str, l
         ("*", "resource.k8s.io", "resourceclaimtemplates"): CRUD,
         ("*", "", "events"): {"create", "patch"},
         ("*", "authentication.k8s.io", "tokenreviews"): {"create"},
+    }
+    assert _grants(rendered["host-managed"])[CONTROLLER] == {
+        **grants[CONTROLLER],
+        **CLEANUP_AFTER_SWITCH,
+        (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): {"get", "delete"},
     }
     assert grants[PLUGIN] == {
         ("*", "resource.nvidia.com", "computedomains"): READ,
@@ -177,14 +191,17 @@ def test_channel_isolation_grants_claims_nodes_and_cliques_and_no_daemonsets(
         ("*", "", "events"): {"create", "patch"},
         ("*", "authentication.k8s.io", "tokenreviews"): {"create"},
         ("*", "resource.k8s.io", "resourceclaims"): READ,
-        ("*", "", "nodes"): READ,  # the clique label; no per-domain node label to patch
+        ("*", "", "nodes"): READ,  # the clique label; a per-domain node label only from before a switch
         (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): CRUD,
     }
+    assert _grants(rendered["channel-no-cleanup"])[CONTROLLER] == {**common, (NAMESPACE, "", "pods"): READ}
+    cleanup = {**CLEANUP_AFTER_SWITCH, ("*", "", "nodes"): READ | {"patch"}}
     assert _grants(rendered["channel-driver-managed"])[CONTROLLER] == {
         **common,
+        **cleanup,
         (NAMESPACE, "", "pods"): READ,
     }
-    assert _grants(rendered["channel-host-managed"])[CONTROLLER] == common
+    assert _grants(rendered["channel-host-managed"])[CONTROLLER] == {**common, **cleanup}
 
 
 def test_leader_election_adds_only_the_lease_in_the_release_namespace(

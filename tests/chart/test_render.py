@@ -234,7 +234,7 @@ def test_only_the_kubelet_plugin_is_privileged(rendered: dict[str, list[dict[str
             if c.get("securityContext", {}).get("privileged")
         ]
         expected = [("cdctl-kubelet-plugin", "compute-domains")]
-        if scenario == "channel-driver-managed":  # the shared IMEX daemon opens the IMEX devices itself
+        if scenario in ("channel-driver-managed", "channel-no-cleanup"):  # the shared IMEX daemon opens them
             expected.insert(0, ("cdctl-imex-daemon", "imex"))
         assert privileged == expected, scenario
 
