@@ -112,18 +112,25 @@ async def test_a_domain_made_under_channel_isolation_releases_its_channels_under
         assert cluster.list(*RCT) == []
 
 
+async def domain_made_with_its_own_daemons(cluster: Cluster, db: str) -> str:
+    """Domain cd1 made by a controller in the default mode (its DaemonSet, status), that controller stopped
+    with its log kept in `db`; the DaemonSet's name."""
+    task, _ = await cluster.start_controller(db_path=db)
+    uid = cluster.create_domain("cd1")["metadata"]["uid"]
+    daemon = f"computedomain-daemon-{uid}"
+    await eventually(lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, daemon))
+    await eventually(lambda: (cluster.domain("cd1") or {}).get("status"))
+    await cluster.stop_controller(task)
+    return daemon
+
+
 async def test_a_daemon_set_deleted_by_someone_else_after_a_switch_does_not_hold_the_teardown(
     tmp_path: Path,
 ) -> None:
     """No DaemonSet watch runs after the switch: the one the log knows, already gone, is not waited for."""
     db = str(tmp_path / "controller.db")
     async with Cluster(tmp_path) as cluster:
-        task, _ = await cluster.start_controller(db_path=db)
-        uid = cluster.create_domain("cd1")["metadata"]["uid"]
-        daemon = f"computedomain-daemon-{uid}"
-        await eventually(lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, daemon))
-        await eventually(lambda: (cluster.domain("cd1") or {}).get("status"))
-        await cluster.stop_controller(task)
+        daemon = await domain_made_with_its_own_daemons(cluster, db)
         daemon_sets = cluster.type_of("apps", "daemonsets")
         found = cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, daemon)
         found["metadata"]["finalizers"] = []  # an administrator cleared it by hand
@@ -143,12 +150,7 @@ async def test_without_the_cleanup_rights_the_domain_waits_and_says_which_object
     domain's deletion waits (nothing is left behind half torn down) and a Warning Event names the refusal."""
     db = str(tmp_path / "controller.db")
     async with Cluster(tmp_path) as cluster:
-        task, _ = await cluster.start_controller(db_path=db)
-        uid = cluster.create_domain("cd1")["metadata"]["uid"]
-        daemon = f"computedomain-daemon-{uid}"
-        await eventually(lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, daemon))
-        await eventually(lambda: (cluster.domain("cd1") or {}).get("status"))
-        await cluster.stop_controller(task)
+        daemon = await domain_made_with_its_own_daemons(cluster, db)
 
         no_cleanup = {**HOST_MANAGED_CHART, "controller": {"cleanupAfterModeSwitch": False}}
         under_the_charts_rbac(cluster, no_cleanup)
