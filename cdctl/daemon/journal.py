@@ -2,8 +2,9 @@
 
 Opened by cdctl.daemon.app at `<imexd>/events.db` (or `--db`); the supervisor, the peer loop and the readiness
 monitor record through `Journal.record`. One process writes the file, so appends state the version they
-expect; a record that cannot be written is logged and dropped rather than stopping IMEX supervision (the log
-is an account of what happened, not a precondition for it). After each record the log's head (position and
+expect (a conflict, from a record cancelled while its append committed, is caught up and appended again); a
+record that cannot be written is logged and dropped rather than stopping IMEX supervision (the log is an
+account of what happened, not a precondition for it). After each record the log's head (position and
 hash) is logged: the daemon has no metrics endpoint, and a head kept outside the file detects a cut tail.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import structlog
 
-from cdctl.domain.errors import CdctlError
+from cdctl.domain.errors import CdctlError, ConcurrencyConflict
 from cdctl.domain.events import Actor, DomainEvent, NewEvent
 from cdctl.domain.imex import imex_stream
 from cdctl.store import SqliteEventStore
@@ -22,6 +23,7 @@ from cdctl.store.integrity import read_key_file
 
 log = structlog.get_logger(__name__)
 COMPONENT = "compute-domain-daemon"
+APPEND_ATTEMPTS = 3  # one writer per file: a conflict is this process's own count gone stale
 
 
 class Journal:
@@ -45,15 +47,24 @@ class Journal:
         return journal
 
     async def record(self, *events: DomainEvent) -> None:
+        new = [NewEvent.of(e, actor=self.actor) for e in events]
         async with self._lock:
-            try:
-                await self.store.append(
-                    self.stream, [NewEvent.of(e, actor=self.actor) for e in events], self._version
-                )
-            except CdctlError as exc:
-                log.warning("event not recorded", events=[e.TYPE for e in events], error=exc.message)
-                self._version = await self.store.stream_version(self.stream)
-                return
+            for attempt in range(1, APPEND_ATTEMPTS + 1):
+                try:
+                    await self.store.append(self.stream, new, self._version)
+                    break
+                except ConcurrencyConflict as exc:
+                    # A record cancelled while its append was committing (a task stopped at shutdown) still
+                    # wrote its events, and this count missed them: catch up and append again, or this
+                    # event (the IMEX exit that follows a stop) would be lost.
+                    self._version = await self.store.stream_version(self.stream)
+                    if attempt == APPEND_ATTEMPTS:
+                        log.warning("event not recorded", events=[e.TYPE for e in events], error=exc.message)
+                        return
+                except CdctlError as exc:
+                    log.warning("event not recorded", events=[e.TYPE for e in events], error=exc.message)
+                    self._version = await self.store.stream_version(self.stream)
+                    return
             self._version += len(events)
             # The daemon serves no metrics: its log lines carry the head, for `cdctl verify --expect-head`.
             position, hash_ = self.store.chain_head()
