@@ -22,12 +22,14 @@ async def test_a_record_cancelled_while_its_append_commits_loses_no_later_event(
     try:
         store = journal.store
         committing = asyncio.Event()
+        appends: list[asyncio.Future[object]] = []
         append = store.append
 
         async def slow_append(*args: object, **kwargs: object) -> object:
-            committing.set()
             # The append goes on to commit whatever happens to its caller, as the writer thread's does.
-            return await asyncio.shield(append(*args, **kwargs))  # type: ignore[arg-type]
+            appends.append(asyncio.ensure_future(append(*args, **kwargs)))  # type: ignore[arg-type]
+            committing.set()
+            return await asyncio.shield(appends[0])
 
         store.append = slow_append  # type: ignore[method-assign]
         readiness = asyncio.create_task(journal.record(ImexReadinessChanged("n1", True, "READY")))
@@ -35,7 +37,7 @@ async def test_a_record_cancelled_while_its_append_commits_loses_no_later_event(
         readiness.cancel()  # shutdown cancels the monitor inside its record
         await asyncio.gather(readiness, return_exceptions=True)
         store.append = append  # type: ignore[method-assign]
-        await asyncio.sleep(0.2)  # the shielded append commits
+        await appends[0]  # the append its caller gave up on commits all the same
 
         await journal.record(ImexExited("n1", 42, 0, None, True, "stop"))
         await journal.record(ImexDaemonStopped("n1", "stop", False))
