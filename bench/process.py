@@ -43,17 +43,26 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (fields 14 and 15 of /proc/<pid>/stat), in seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces: skip past it
+def _stat_fields(stat_path: Path) -> list[str]:
+    """The fields of a /proc stat file after the command name (which may hold spaces), from field 3 on."""
+    stat = stat_path.read_text()
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _cpu_of(stat_path: Path) -> float:
+    """utime + stime (fields 14 and 15) of a process's or thread's stat file, in seconds."""
+    fields = _stat_fields(stat_path)
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, in seconds."""
+    return _cpu_of(Path(f"/proc/{pid}/stat"))
 
 
 def system_seconds(pid: int) -> float:
     """stime alone (field 15): the kernel's share, fsync and socket calls among it."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[12]) / TICKS_PER_S
+    return int(_stat_fields(Path(f"/proc/{pid}/stat"))[12]) / TICKS_PER_S
 
 
 def thread_cpu_seconds(pid: int) -> dict[str, float]:
@@ -62,12 +71,10 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
     by_role = {"event loop": 0.0, "other threads": 0.0}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            stat = (task / "stat").read_text()
+            seconds = _cpu_of(task / "stat")
         except OSError:  # the thread ended meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        role = "event loop" if task.name == str(pid) else "other threads"
-        by_role[role] += (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+        by_role["event loop" if task.name == str(pid) else "other threads"] += seconds
     return by_role
 
 
