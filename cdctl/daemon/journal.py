@@ -53,17 +53,14 @@ class Journal:
                 try:
                     await self.store.append(self.stream, new, self._version)
                     break
-                except ConcurrencyConflict as exc:
-                    # A record cancelled while its append was committing (a task stopped at shutdown) still
-                    # wrote its events, and this count missed them: catch up and append again, or this
-                    # event (the IMEX exit that follows a stop) would be lost.
-                    self._version = await self.store.stream_version(self.stream)
-                    if attempt == APPEND_ATTEMPTS:
-                        log.warning("event not recorded", events=[e.TYPE for e in events], error=exc.message)
-                        return
                 except CdctlError as exc:
-                    log.warning("event not recorded", events=[e.TYPE for e in events], error=exc.message)
                     self._version = await self.store.stream_version(self.stream)
+                    if isinstance(exc, ConcurrencyConflict) and attempt < APPEND_ATTEMPTS:
+                        # A record cancelled while its append was committing (a task stopped at shutdown)
+                        # still wrote its events, and this count missed them: caught up, append again, or
+                        # this event (the IMEX exit that follows a stop) would be lost.
+                        continue
+                    log.warning("event not recorded", events=[e.TYPE for e in events], error=exc.message)
                     return
             self._version += len(events)
             # The daemon serves no metrics: its log lines carry the head, for `cdctl verify --expect-head`.
