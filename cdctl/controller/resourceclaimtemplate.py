@@ -29,16 +29,31 @@ CONFLICT_REASON = "ResourceClaimTemplateConflict"
 # Fields the API server fills in when a request leaves them out (resource.k8s.io defaulting): a template
 # that differs from ours only by these is still ours.
 API_DEFAULTS: dict[str, Any] = {"allocationMode": "ExactCount", "count": 1}
+_ABSENT = object()
+
+
+def _neutral(key: str, value: Any) -> bool:
+    """Whether a field present on one side only changes nothing: absent, empty (a real kube-apiserver
+    answers every template with `spec.metadata: {}`, and drops empty lists we send), or a default the API
+    server fills in. An empty value means what its absence means, so no server default can make a template
+    we created look foreign, and no tenant can smuggle meaning through one."""
+    if value is _ABSENT or value is None or (isinstance(value, dict | list | str) and not value):
+        return True
+    return key in API_DEFAULTS and bool(API_DEFAULTS[key] == value)
 
 
 def _same_intent(want: Any, got: Any) -> bool:
     if isinstance(want, dict):
         if not isinstance(got, dict):
             return False
-        extra = (k for k in got if k not in want)
-        if any(k not in API_DEFAULTS or API_DEFAULTS[k] != got[k] for k in extra):
-            return False
-        return all(k in got and _same_intent(v, got[k]) for k, v in want.items())
+        for key in want.keys() | got.keys():
+            mine, theirs = want.get(key, _ABSENT), got.get(key, _ABSENT)
+            if mine is _ABSENT or theirs is _ABSENT:
+                if not (_neutral(key, mine) and _neutral(key, theirs)):
+                    return False
+            elif not _same_intent(mine, theirs):
+                return False
+        return True
     if isinstance(want, list):
         return isinstance(got, list) and len(want) == len(got) and all(map(_same_intent, want, got))
     return bool(want == got)

@@ -9,6 +9,7 @@ from typing import Any
 from cdctl.controller import render
 from cdctl.controller.resourceclaimtemplate import made_as
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
+from tests import realanswers
 
 CD = {
     "apiVersion": "resource.nvidia.com/v1beta1",
@@ -53,3 +54,53 @@ def test_labels_alone_or_a_changed_spec_are_not_the_domains() -> None:
         tampered = copy.deepcopy(desired())
         change(tampered["spec"]["spec"])
         assert not ours(tampered), tampered
+
+
+def _domain_of(template: dict[str, Any]) -> dict[str, Any]:
+    """The ComputeDomain a real server's template was made for, as far as the template tells."""
+    parameters = template["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    name = template["metadata"]["name"].removesuffix("-channel")
+    channel = {"resourceClaimTemplate": {"name": template["metadata"]["name"]}}
+    if "allocationMode" in parameters:
+        channel["allocationMode"] = parameters["allocationMode"]
+    return {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {
+            "name": name,
+            "namespace": template["metadata"]["namespace"],
+            "uid": parameters["domainID"],
+        },
+        "spec": {"numNodes": 0, "channel": channel},
+    }
+
+
+def test_every_template_a_real_api_server_answered_with_is_the_one_the_controller_made() -> None:
+    """The real kube-apiserver v1.36 answers with `spec.metadata: {}` and the request defaults filled in; the
+    controller once took its own daemon template for a tenant's and never formed a driver-managed domain."""
+    templates = realanswers.objects("resourceclaimtemplates")
+    targets = {t["metadata"]["labels"]["resource.nvidia.com/computeDomainTarget"] for t in templates}
+    assert targets == {"Workload", "Daemon"}, "the recording holds both kinds of template"
+    for served in templates:
+        cd = _domain_of(served)
+        if served["metadata"]["labels"]["resource.nvidia.com/computeDomainTarget"] == "Daemon":
+            desired = render.daemon_claim_template(cd, served["metadata"]["namespace"], "v1")
+        else:
+            desired = render.workload_claim_template(cd, "v1")
+        assert served["spec"]["metadata"] == {}
+        assert made_as(desired)(served), served["metadata"]["name"]
+
+
+def test_an_empty_field_is_neutral_either_way_but_a_filled_one_is_not() -> None:
+    ours = made_as(desired())
+    dropped = desired()
+    dropped["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = []
+    assert made_as(dropped)(desired()), "an empty list we send and the server drops is still ours"
+    selector = {"selectors": [{"cel": {"expression": "true"}}]}
+    for extra in (selector, {"tolerations": [{"operator": "Exists"}]}):
+        tampered = desired()
+        tampered["spec"]["spec"]["devices"]["requests"][0]["exactly"] |= extra
+        assert not ours(tampered), extra
+    labelled = desired()
+    labelled["spec"]["metadata"] = {"labels": {"x": "y"}}
+    assert not ours(labelled), "claims made from it would carry a label we did not ask for"
