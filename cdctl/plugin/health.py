@@ -183,7 +183,10 @@ class HealthBoard:
         self._snapshot: Snapshot | None = None
         self._version = 0
         self._changed = asyncio.Condition()
+        self._closed = False
         self.watchers = 0
+        self._unwatched = asyncio.Event()
+        self._unwatched.set()
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -204,16 +207,35 @@ class HealthBoard:
             self._changed.notify_all()
         return True
 
+    async def close(self) -> None:
+        """End every stream, and any opened later, cleanly: the plugin is stopping. The kubelet takes only a
+        clean end of its NodeWatchResources stream as normal; a stream cut by the server closing logs
+        `Error receiving from WatchResources stream ... Unavailable` on every plugin restart."""
+        async with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    async def wait_unwatched(self, timeout_s: float) -> bool:
+        """Wait until no stream follows the board (each has sent its end); False if some still did."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._unwatched.wait()
+        except TimeoutError:
+            return False
+        return True
+
     def _has_news(self, sent: int) -> bool:
-        return self._snapshot is not None and self._version != sent
+        return self._closed or (self._snapshot is not None and self._version != sent)
 
     async def watch(self) -> AsyncIterator[Snapshot]:
         """The current snapshot at once (once there is one), then on every change, and after `resend_s`
-        without one. Ends only when the caller stops iterating (the kubelet closes the stream)."""
+        without one. Ends when the caller stops iterating (the kubelet closes the stream) or the board is
+        closed (the plugin stops)."""
         self.watchers += 1
+        self._unwatched.clear()
         try:
             sent = -1
-            while True:
+            while not self._closed:
                 async with self._changed:
                     if self._version == sent or self._snapshot is None:
                         try:
@@ -222,9 +244,13 @@ class HealthBoard:
                         except TimeoutError:
                             if self._snapshot is None:
                                 continue
+                    if self._closed:
+                        return
                     sent = self._version
                     snapshot = self._snapshot
                 assert snapshot is not None
                 yield snapshot
         finally:
             self.watchers -= 1
+            if not self.watchers:
+                self._unwatched.set()

@@ -52,6 +52,7 @@ PLUGIN_TYPE = "DRAPlugin"
 # health service from this list (v1 over v1alpha1); 1.34-1.36 open v1alpha1 whether it is listed or not.
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", *HEALTH_SERVICES)
 HEALTH_SERVICES = ("", "liveness")
+STREAM_END_TIMEOUT_S = 2.0  # how long a stopping plugin waits for its health streams to send their end
 
 
 def registration_socket(registrar_dir: Path, driver: str = DRIVER_NAME) -> Path:
@@ -211,6 +212,11 @@ def _clear_socket_path(path: Path) -> None:
         path.unlink()
 
 
+def _remove_socket(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
 async def _start_unix(server: Server, path: Path) -> None:
     _clear_socket_path(path)
     old = os.umask(0o177)  # the socket is created owner-only, with no window of wider permissions
@@ -257,11 +263,20 @@ class PluginServers:
                  health_port=self.bound_health_port)  # fmt: skip
 
     async def close(self) -> None:
-        for server, path in ((self._reg, self.paths.registration), (self._dra, self.paths.dra)):
-            server.close()
-            await server.wait_closed()
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        """Registration first (the kubelet deregisters the plugin), then the health streams end cleanly,
+        then the DRA socket: closing a grpclib server cancels its handlers, which the kubelet reads as a
+        broken stream (code Unavailable, logged as an error)."""
+        await self._close_server(self._reg, self.paths.registration)
+        await self.board.close()
+        if not await self.board.wait_unwatched(STREAM_END_TIMEOUT_S):
+            log.warning("resource-health streams still open at close", streams=self.board.watchers)
+        await self._close_server(self._dra, self.paths.dra)
         if self._health is not None:
             self._health.close()
             await self._health.wait_closed()
+
+    @staticmethod
+    async def _close_server(server: Server, path: Path) -> None:
+        server.close()
+        await server.wait_closed()
+        _remove_socket(path)

@@ -4,7 +4,9 @@ client (to see the headers a Go client sees), grpclib and grpcio."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,9 +22,12 @@ from grpclib.const import Status
 
 from cdctl._proto import v1 as health_v1
 from cdctl._proto import v1alpha1 as health_v1alpha1
+from cdctl.plugin.devices import DRIVER_NAME
 from cdctl.plugin.driver import Driver
 from cdctl.plugin.health import DeviceReport, Health, HealthBoard
 from cdctl.plugin.server import PluginServers, ServerPaths
+from cdctl.sim.apiserver.store import ObjectStore
+from cdctl.sim.node.kubelet import SimKubelet
 from tests.plugin.conftest import Node
 
 MADE_UP = "/made.up.v9.Nothing/DoesNotExist"
@@ -174,3 +179,108 @@ async def test_closing_the_servers_ends_an_open_health_stream(node: Node, short_
         assert board.watchers == 0  # its handler ended
     finally:
         channel.close()
+
+
+def _grpcio_until_the_end(sock: Path, method: str, first_read: asyncio.Event, loop: Any) -> Any:
+    """Read a health stream as the kubelet does (grpc-go's Recv until it fails): its final status code."""
+    with grpc.insecure_channel(f"unix:{sock}") as ch:
+        call = ch.unary_stream(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        stream = call(b"", timeout=20)
+        try:
+            for _ in stream:
+                loop.call_soon_threadsafe(first_read.set)
+        except grpc.RpcError as error:
+            return error.code()
+        return stream.code()
+
+
+@pytest.mark.parametrize("version", ["v1alpha1", "v1"])
+async def test_a_stopping_plugin_ends_the_kubelets_health_stream_with_ok(
+    node: Node, short_dir: Path, version: str
+) -> None:
+    """The kubelet logs `Error receiving from WatchResources stream` for any end but a clean one (status OK,
+    read as io.EOF): a plugin that closed its server under an open stream logged one per node and restart."""
+    paths = ServerPaths(short_dir / "r3", short_dir / "p3" / "compute-domain.nvidia.com")
+    board = HealthBoard(resend_s=30.0)
+    await board.publish(HEALTHY)
+    servers = PluginServers(paths, Driver(node.state, node.cluster), lambda: None, board=board)
+    await servers.start()
+    first_read = asyncio.Event()
+    reader = asyncio.create_task(
+        asyncio.to_thread(
+            _grpcio_until_the_end, paths.dra, WATCH_PATHS[version], first_read, asyncio.get_running_loop()
+        )
+    )
+    try:
+        await asyncio.wait_for(first_read.wait(), timeout=10)
+        # A stream cut under an open client held the close until the client left.
+        await asyncio.wait_for(servers.close(), timeout=5)
+        assert await asyncio.wait_for(reader, timeout=10) == grpc.StatusCode.OK
+    finally:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(servers.close(), timeout=5)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reader, timeout=25)  # the call's own deadline is 20 s
+
+
+async def test_a_stream_opened_on_a_closed_board_ends_at_once(node: Node, short_dir: Path) -> None:
+    board = HealthBoard(resend_s=30.0)
+    await board.publish(HEALTHY)
+    await board.close()
+    sent = [snapshot async for snapshot in board.watch()]
+    assert sent == [] and board.watchers == 0
+
+
+async def _follow_until_deregistered(kubelet: SimKubelet, stop: Any) -> list[str]:
+    """The simulated kubelet registers the plugin and follows its health; `stop()` stops the plugin; the
+    kubelet passes until it deregisters it. The errors its health stream logged."""
+    await kubelet.plugins.scan()
+    kubelet.health.follow(DRIVER_NAME, kubelet.plugins.plugins[DRIVER_NAME].endpoint)
+    async with asyncio.timeout(10):
+        while not kubelet.health.devices:  # noqa: ASYNC110 (the simulated kubelet's cache has no event)
+            await asyncio.sleep(0.02)
+    await stop()
+    async with asyncio.timeout(10):
+        while DRIVER_NAME in kubelet.plugins.plugins:
+            await kubelet.plugins.scan()
+            await asyncio.sleep(0.05)
+    await kubelet.health.stop()
+    return kubelet.health.errors
+
+
+async def test_the_simulated_kubelet_sees_a_plugin_stop_end_its_health_stream_cleanly(
+    node: Node, short_dir: Path
+) -> None:
+    paths = ServerPaths(short_dir / "r4", short_dir / "p4" / "compute-domain.nvidia.com")
+    board = HealthBoard(resend_s=30.0)
+    await board.publish(HEALTHY)
+    servers = PluginServers(paths, Driver(node.state, node.cluster), lambda: None, board=board)
+    await servers.start()
+    kubelet = SimKubelet(ObjectStore(), "node-a", paths.registrar_dir)
+    assert await _follow_until_deregistered(kubelet, servers.close) == []
+
+
+async def test_the_simulated_kubelet_logs_a_health_stream_cut_by_its_server(short_dir: Path) -> None:
+    """What a real kubelet logs as `Error receiving from WatchResources stream ... Unavailable`: the plugin
+    process ended under an open stream (killed, or closed without ending its streams, then exited)."""
+    paths = ServerPaths(short_dir / "r5", short_dir / "p5" / "compute-domain.nvidia.com")
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.plugin.healthchild", str(paths.registrar_dir), str(paths.plugin_dir),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdout is not None
+    try:
+        assert await asyncio.wait_for(child.stdout.readline(), timeout=30) == b"serving\n"
+
+        async def die() -> None:
+            child.kill()
+            await asyncio.wait_for(child.wait(), timeout=10)
+            paths.registration.unlink()  # the restarted plugin replaces its stale socket
+
+        kubelet = SimKubelet(ObjectStore(), "node-a", paths.registrar_dir)
+        errors = await _follow_until_deregistered(kubelet, die)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    assert [e for e in errors if "NodeWatchResources of compute-domain.nvidia.com" in e], errors

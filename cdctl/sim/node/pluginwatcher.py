@@ -4,7 +4,10 @@
 "." and non-sockets are ignored, subdirectories are searched, like the kubelet's fsnotify walk). For a new
 socket it calls `GetInfo` (1 s timeout), checks the type is "DRAPlugin", picks the first service in the
 plugin's `supported_versions` that this kubelet speaks (the 1.34+ rule), and answers
-`NotifyRegistrationStatus` with the outcome. A removed socket deregisters its plugin.
+`NotifyRegistrationStatus` with the outcome. A removed socket deregisters its plugin once it has been gone for
+`deregister_after_s`: the real plugin manager deregisters from its reconciler loop, which runs once a second,
+so a plugin that stops is still registered (and its health stream still followed) while it closes its DRA
+socket; the kubelet sees how that stream ends. A socket back within that time replaces the plugin at once.
 Used by cdctl.sim.node.kubelet.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +29,7 @@ DRA_PLUGIN_TYPE = "DRAPlugin"
 KUBELET_DRA_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 GET_INFO_TIMEOUT_S = 1.0
 NOTIFY_TIMEOUT_S = 5.0
+RECONCILE_PERIOD_S = 1.0  # the kubelet plugin manager's loopSleepDuration
 
 
 @dataclass
@@ -41,7 +46,9 @@ class PluginWatcher:
     services: tuple[str, ...] = KUBELET_DRA_SERVICES
     plugins: dict[str, RegisteredPlugin] = field(default_factory=dict)  # by driver
     rejected: dict[Path, str] = field(default_factory=dict)  # registration socket -> reason
+    deregister_after_s: float = RECONCILE_PERIOD_S
     _known: set[Path] = field(default_factory=set)
+    _gone_since: dict[Path, float] = field(default_factory=dict)
 
     def _sockets(self) -> set[Path]:
         found: set[Path] = set()
@@ -59,16 +66,24 @@ class PluginWatcher:
 
     async def scan(self) -> None:
         sockets = self._sockets()
+        now = time.monotonic()
         for gone in self._known - sockets:
-            self._known.discard(gone)
-            self.rejected.pop(gone, None)
-            for driver, plugin in list(self.plugins.items()):
-                if plugin.registration_socket == gone:
-                    log.info("simulated kubelet: plugin %s deregistered", driver)
-                    del self.plugins[driver]
+            if now - self._gone_since.setdefault(gone, now) >= self.deregister_after_s:
+                self._deregister(gone)
+        for back in [path for path in self._gone_since if path in sockets]:
+            self._deregister(back)  # a new plugin on the same socket: registered again below
         for new in sorted(sockets - self._known):
             if await self._register(new):
                 self._known.add(new)
+
+    def _deregister(self, socket_path: Path) -> None:
+        self._gone_since.pop(socket_path, None)
+        self._known.discard(socket_path)
+        self.rejected.pop(socket_path, None)
+        for driver, plugin in list(self.plugins.items()):
+            if plugin.registration_socket == socket_path:
+                log.info("simulated kubelet: plugin %s deregistered", driver)
+                del self.plugins[driver]
 
     def choose_service(self, supported: list[str]) -> str | None:
         return next((s for s in supported if s in self.services), None)

@@ -46,6 +46,10 @@ async def test_registers_plugin_and_prefers_the_first_listed_service(socket_root
         await kubelet.plugins.scan()
         assert [s.plugin_registered for s in log.statuses] == [True]
         assert kubelet.plugins.plugins[DRIVER].service == "v1beta1.DRAPlugin"
+    kubelet.plugins.deregister_after_s = 0.05
+    await kubelet.plugins.scan()
+    assert DRIVER in kubelet.plugins.plugins, "deregistered at the plugin manager's next pass"
+    await asyncio.sleep(0.06)
     await kubelet.plugins.scan()
     assert DRIVER not in kubelet.plugins.plugins, "a removed socket deregisters the plugin"
 
@@ -188,6 +192,7 @@ async def test_registers_the_cdctl_plugins_registration_server(socket_root: Path
 async def test_slices_of_a_deregistered_driver_are_wiped_after_the_delay(socket_root: Path) -> None:
     store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry", slice_wipe_delay_s=0.0)
+    kubelet.plugins.deregister_after_s = 0.0
     kubelet.register_node()
     async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
         await kubelet.sync()
