@@ -58,7 +58,9 @@ async def test_add_path_makes_only_the_workload_template_and_says_ready(tmp_path
         )
         assert cluster.list("apps", "daemonsets") == []
         assert cluster.list(*CLIQUES) == []
-        assert LABEL_COMPUTE_DOMAIN not in cluster.get("", "nodes", "", "node-a")["metadata"]["labels"]
+        assert LABEL_COMPUTE_DOMAIN not in cluster.get("", "nodes", "", "node-a")["metadata"].get(
+            "labels", {}
+        )
         actions = {
             (e.action, e.kind)
             for e in map(decode, await log.read_stream(f"domain/{uid}"))

@@ -10,6 +10,7 @@ import pytest
 
 from cdctl.k8s.errors import NotFoundError
 from cdctl.k8s.resourceslices import PublishedDevice, SlicePublisher
+from tests import realanswers
 
 DRIVER = "compute-domain.nvidia.com"
 BOTH = [PublishedDevice("channel-0", "channel", 0), PublishedDevice("daemon-0", "daemon", 0)]
@@ -107,3 +108,20 @@ async def test_older_api_versions_get_converted_objects(version: str) -> None:
         ]
     else:
         assert obj["spec"]["devices"][0]["attributes"]["id"] == {"int": 0}
+
+
+@pytest.mark.parametrize("served", realanswers.objects("resourceslices"), ids=lambda s: s["metadata"]["name"])
+async def test_a_slice_as_a_real_api_server_answered_it_is_unchanged(served: dict[str, Any]) -> None:
+    """The idempotency check runs on the real kube-apiserver v1.36's answer: a plugin that publishes the same
+    devices again writes nothing."""
+    store = SliceStore()
+    store.objects[served["metadata"]["name"]] = copy.deepcopy(served)
+    devices = [
+        PublishedDevice(d["name"], d["attributes"]["type"]["string"], d["attributes"]["id"]["int"])
+        for d in served["spec"]["devices"]
+    ]
+    node = served["spec"]["nodeName"]
+    owner = served["metadata"]["ownerReferences"][0]["uid"]
+    publish = SlicePublisher(store, node=node, node_uid=owner, driver=DRIVER, version="v1")  # type: ignore[arg-type]
+    assert await publish.sync(devices) == "unchanged"
+    assert store.calls == ["list"]

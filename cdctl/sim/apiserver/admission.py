@@ -23,6 +23,8 @@ NAMESPACE_KEY = ("", "namespaces")
 CLAIM_KEY = ("resource.k8s.io", "resourceclaims")
 SLICE_KEY = ("resource.k8s.io", "resourceslices")
 SERVICE_ACCOUNT_KEY = ("", "serviceaccounts")
+DAEMON_SET_KEY = ("apps", "daemonsets")
+TEMPLATE_GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
 DEFAULT_SERVICE_ACCOUNT = "default"
 # (field path, where it lives) that may not change once set.
 _IMMUTABLE: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
@@ -43,7 +45,7 @@ def apply_create_defaults(resource_type: ResourceType, obj: dict[str, Any]) -> N
     if key == ("", "pods"):
         obj.setdefault("spec", {})
         obj.setdefault("status", {}).setdefault("phase", "Pending")
-    elif key == ("apps", "daemonsets"):
+    elif key == DAEMON_SET_KEY:
         obj["status"] = {
             "currentNumberScheduled": 0,
             "desiredNumberScheduled": 0,
@@ -55,6 +57,23 @@ def apply_create_defaults(resource_type: ResourceType, obj: dict[str, Any]) -> N
         obj.setdefault("status", {})["phase"] = "Active"
     elif key == CRD_KEY:
         obj["status"] = crds.accepted_status(obj, now_rfc3339())
+    if key == DAEMON_SET_KEY:  # the DaemonSet strategy's template generation, which labels its pods
+        annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+        annotations[TEMPLATE_GENERATION_ANNOTATION] = "1"
+    if resource_type.builtin and resource_type.status_subresource:
+        obj.setdefault("status", {})  # a built-in kind's status is a struct: answered as {} when empty
+
+
+def on_spec_change(resource_type: ResourceType, new: dict[str, Any], old: dict[str, Any]) -> None:
+    """A write that changed more than metadata and status: a DaemonSet's template generation follows its
+    template (the DaemonSet strategy's PrepareForUpdate)."""
+    if resource_type.storage_key != DAEMON_SET_KEY:
+        return
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    annotations = new["metadata"].setdefault("annotations", {})
+    current = int((old["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION_ANNOTATION, "1"))
+    changed = old_spec.get("template") != new_spec.get("template")
+    annotations[TEMPLATE_GENERATION_ANNOTATION] = str(current + 1 if changed else current)
 
 
 def admit(

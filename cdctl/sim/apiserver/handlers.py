@@ -252,15 +252,7 @@ class ApiRoutes:
         converted = [self._out(target, item) for item in items]
         if wants_table(request.headers.get("Accept", "")):
             return _json(as_table(converted, resource_version, target.resource_type))
-        resource_type = target.resource_type
-        return _json(
-            {
-                "kind": resource_type.list_kind,
-                "apiVersion": resource_type.api_version,
-                "metadata": metadata,
-                "items": converted,
-            }
-        )
+        return _json(_list_body(target.resource_type, metadata, converted))
 
     @staticmethod
     def _user(request: web.Request) -> UserInfo:
@@ -354,15 +346,9 @@ class ApiRoutes:
             user=self._user(request),
             served=target.resource_type,
         )
-        resource_type = target.resource_type
-        return _json(
-            {
-                "kind": resource_type.list_kind,
-                "apiVersion": resource_type.api_version,
-                "metadata": {"resourceVersion": self.store.resource_version},
-                "items": [self._out(target, item) for item in deleted],
-            }
-        )
+        items = [self._out(target, item) for item in deleted]
+        metadata = {"resourceVersion": self.store.resource_version}
+        return _json(_list_body(target.resource_type, metadata, items))
 
     async def _bind(self, request: web.Request, target: Target) -> web.Response:
         assert target.name is not None
@@ -385,6 +371,25 @@ class ApiRoutes:
             **{k: v for k, v in body.items() if k not in ("apiVersion", "kind")},
         }
         return _json(binding, status=201)
+
+
+def _list_body(
+    resource_type: ResourceType, metadata: dict[str, Any], items: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A list as a real API server writes it: a built-in list's items are typed and carry no kind or
+    apiVersion; a custom-resource list (unstructured) keeps them and always has `metadata.continue`."""
+    if resource_type.builtin:
+        for item in items:  # each a new dict made by _out
+            item.pop("kind", None)
+            item.pop("apiVersion", None)
+    else:
+        metadata.setdefault("continue", "")
+    return {
+        "kind": resource_type.list_kind,
+        "apiVersion": resource_type.api_version,
+        "metadata": metadata,
+        "items": items,
+    }
 
 
 def _encode_continue(offset: int, resource_version: str) -> str:

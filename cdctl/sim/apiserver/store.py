@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from cdctl.sim.apiserver import admission
+from cdctl.sim.apiserver import admission, defaulting
 from cdctl.sim.apiserver import crd as crds
 from cdctl.sim.apiserver import objectmeta as meta
 from cdctl.sim.apiserver.errors import (
@@ -285,9 +285,14 @@ class ObjectStore:
         dry_run: bool = False,
         user: UserInfo | None = None,
         served: ResourceType | None = None,
+        uid: str | None = None,
     ) -> dict[str, Any]:
+        """Create `body`. `uid` is for in-process writers that restore an object a real server made (as from
+        a backup of etcd): it keeps that uid instead of a new one."""
         if not isinstance(body, dict):
             raise BadRequest("the request body must be an object")
+        if uid is not None and uid in self._uids:
+            raise AlreadyExists(f"an object with uid {uid} already exists")
         obj = clone(body)
         metadata = meta.metadata_of(obj)
         namespace = namespace if resource_type.namespaced else ""
@@ -318,11 +323,15 @@ class ObjectStore:
             metadata["namespace"] = namespace
         else:
             metadata.pop("namespace", None)
-        metadata.update(uid=meta.new_uid(), creationTimestamp=meta.now_rfc3339(), generation=1)
+        metadata.update(uid=uid or meta.new_uid(), creationTimestamp=meta.now_rfc3339())
+        if defaulting.tracks_generation(resource_type.storage_key, resource_type.builtin):
+            metadata["generation"] = 1
         obj["apiVersion"], obj["kind"] = resource_type.api_version, resource_type.kind
         if resource_type.status_subresource and resource_type.storage_key != CRD_KEY:
             obj.pop("status", None)
         admission.apply_create_defaults(resource_type, obj)
+        defaulting.apply_scheme_defaults(resource_type.storage_key, obj)
+        defaulting.normalize_metadata(obj)
         drop_disabled_fields(self.features, resource_type, obj, None)
         obj = admission.admit(self.registry, resource_type, obj, None)
         self._admit_policies(
@@ -396,6 +405,8 @@ class ObjectStore:
                     new["status"] = clone(old["status"])
         meta.carry_system_fields(new, old)
         new["apiVersion"], new["kind"] = resource_type.api_version, resource_type.kind
+        defaulting.apply_scheme_defaults(resource_type.storage_key, new)
+        defaulting.normalize_metadata(new)
         if old["metadata"].get("deletionTimestamp"):
             added = set(new["metadata"].get("finalizers") or []) - set(
                 old["metadata"].get("finalizers") or []
@@ -427,10 +438,15 @@ class ObjectStore:
                 self._remove(resource_type, old)
             return new
         ignore_status = resource_type.status_subresource
-        if meta.content_without_metadata(new, ignore_status) != meta.content_without_metadata(
-            old, ignore_status
+        # A binding (pods/binding) sets spec.nodeName without the pod strategy: no new generation.
+        if (
+            subresource != "binding"
+            and "generation" in old["metadata"]
+            and meta.content_without_metadata(new, ignore_status)
+            != meta.content_without_metadata(old, ignore_status)
         ):
-            new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
+            new["metadata"]["generation"] = int(old["metadata"]["generation"]) + 1
+            admission.on_spec_change(resource_type, new, old)
         if dry_run:
             return new
         updated = self._commit(resource_type, "MODIFIED", new, old)
@@ -513,6 +529,8 @@ class ObjectStore:
             marked = clone(obj)
             marked["metadata"]["deletionTimestamp"] = meta.now_rfc3339()
             marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            if "generation" in marked["metadata"]:  # the registry counts a graceful deletion as a change
+                marked["metadata"]["generation"] = int(marked["metadata"]["generation"]) + 1
             return self._commit(resource_type, "MODIFIED", marked, obj)
         return self._remove(resource_type, obj)
 

@@ -2,14 +2,15 @@
 
 A node is eligible when the pod template's nodeSelector, required node affinity and tolerations admit it
 (cdctl.sim.controllers.nodematch). Pods are created bound to their node (`spec.nodeName`), owned by the
-DaemonSet (controller reference, so deleting the DaemonSet collects them), labelled `pod-template-generation`;
-pods of an older template generation or in phase Failed are replaced, and the DaemonSet status counts are
-kept. A DaemonSet that is being deleted is left alone, as Kubernetes does. A pod the API server refuses (a
-ServiceAccount its namespace lacks, say) is not created: the refusal is a FailedCreate Warning Event on the
-DaemonSet (`Error creating: <the server's message>`) and ends that pass's creates for the DaemonSet, as the
-first failed batch of the real controller's slow start does. A pod bound to a node that no longer exists is
-left alone, as the real controller leaves it to the pod garbage collector (cdctl.sim.controllers.podgc).
-Run by the rack via ControllerLoop.
+DaemonSet (controller reference, so deleting the DaemonSet collects them), labelled `pod-template-generation`
+(from the DaemonSet's `deprecated.daemonset.template.generation` annotation); pods of an older template
+generation or in phase Failed are replaced, and the DaemonSet status counts are kept. A DaemonSet that is
+being deleted is left alone, as Kubernetes does. A pod the API server refuses (a ServiceAccount its namespace
+lacks, say) is not created: the refusal is a FailedCreate Warning Event on the DaemonSet (`Error creating:
+<the server's message>`) and ends that pass's creates for the DaemonSet, as the first failed batch of the real
+controller's slow start does. A pod bound to a node that no longer exists is left alone, as the real
+controller leaves it to the pod garbage collector (cdctl.sim.controllers.podgc). Run by the rack via
+ControllerLoop.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from cdctl.sim.apiserver.admission import TEMPLATE_GENERATION_ANNOTATION
 from cdctl.sim.apiserver.errors import ApiError
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.controllers import events
@@ -33,6 +35,13 @@ def _signature(objects: list[dict[str, Any]]) -> tuple[int, int]:
     """How many objects and their newest resourceVersion: any create, change or deletion changes it."""
     newest = max((int(o["metadata"]["resourceVersion"]) for o in objects), default=0)
     return len(objects), newest
+
+
+def template_generation(daemonset: dict[str, Any]) -> str:
+    """The generation of the DaemonSet's pod template, as the API server keeps it in an annotation (its
+    metadata.generation also counts other changes: a deletion held by a finalizer bumps it)."""
+    annotations = daemonset["metadata"].get("annotations") or {}
+    return str(annotations.get(TEMPLATE_GENERATION_ANNOTATION) or daemonset["metadata"].get("generation", 1))
 
 
 def pod_is_ready(pod: dict[str, Any]) -> bool:
@@ -87,7 +96,7 @@ class DaemonSetController:
         namespace = daemonset["metadata"]["namespace"]
         template = (daemonset.get("spec") or {}).get("template") or {}
         template_spec = template.get("spec") or {}
-        generation = str(daemonset["metadata"].get("generation", 1))
+        generation = template_generation(daemonset)
         on_delete = ((daemonset.get("spec") or {}).get("updateStrategy") or {}).get("type") == "OnDelete"
         eligible = {n["metadata"]["name"] for n in nodes if pod_fits_node(template_spec, n)}
         existing = {n["metadata"]["name"] for n in nodes}
@@ -122,7 +131,7 @@ class DaemonSetController:
     def _pod_for(self, daemonset: dict[str, Any], template: dict[str, Any], node: str) -> dict[str, Any]:
         template_meta = template.get("metadata") or {}
         labels = dict(template_meta.get("labels") or {})
-        labels[TEMPLATE_GENERATION_LABEL] = str(daemonset["metadata"].get("generation", 1))
+        labels[TEMPLATE_GENERATION_LABEL] = template_generation(daemonset)
         spec = copy.deepcopy(template.get("spec") or {})
         spec["nodeName"] = node
         return {
@@ -165,7 +174,7 @@ class DaemonSetController:
                 for pod in scheduled
                 if pod["metadata"].get("labels", {}).get(TEMPLATE_GENERATION_LABEL) == generation
             ),
-            "observedGeneration": int(generation),
+            "observedGeneration": int(daemonset["metadata"].get("generation", 1)),
         }
         if daemonset.get("status") != status:
             daemonsets = self.store.type_of(*DAEMONSETS)
