@@ -64,7 +64,7 @@ async def test_a_restart_in_the_middle_of_teardown_still_finishes(tmp_path: Path
                 )
             )
         )
-        node_labels = cluster.get("", "nodes", "", "node-a")["metadata"]["labels"]
+        node_labels = cluster.get("", "nodes", "", "node-a")["metadata"].get("labels", {})
         assert LABEL not in node_labels
         assert cluster.domain("cd1") is not None
         await cluster.stop_controller(task)
@@ -133,7 +133,9 @@ async def test_objects_of_domains_that_no_longer_exist_are_swept(tmp_path: Path)
         cluster.label_node("node-z", ghost)
         await cluster.start_controller()
         await eventually(lambda: cluster.list(*RCT) == [] and cluster.list("apps", "daemonsets") == [])
-        await eventually(lambda: LABEL not in cluster.get("", "nodes", "", "node-z")["metadata"]["labels"])
+        await eventually(
+            lambda: LABEL not in cluster.get("", "nodes", "", "node-z")["metadata"].get("labels", {})
+        )
 
 
 async def test_a_failure_retrying_cannot_fix_is_reported_on_the_domain(tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ async def test_the_plugin_sets_its_own_nodes_compute_domain_label(plugin: KubeAp
     patched = await plugin.merge_patch(node("n0"), {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: "uid-1"}}})
     assert patched["metadata"]["labels"][LABEL_COMPUTE_DOMAIN] == "uid-1"
     cleared = await plugin.merge_patch(node("n0"), {"metadata": {"labels": {LABEL_COMPUTE_DOMAIN: None}}})
-    assert LABEL_COMPUTE_DOMAIN not in cleared["metadata"]["labels"]
+    assert LABEL_COMPUTE_DOMAIN not in cleared["metadata"].get("labels", {})
 
 
 @pytest.mark.parametrize(

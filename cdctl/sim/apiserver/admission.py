@@ -77,12 +77,18 @@ def on_spec_change(resource_type: ResourceType, new: dict[str, Any], old: dict[s
 
 
 def admit(
-    registry: ResourceRegistry, resource_type: ResourceType, new: dict[str, Any], old: dict[str, Any] | None
+    registry: ResourceRegistry,
+    resource_type: ResourceType,
+    new: dict[str, Any],
+    old: dict[str, Any] | None,
+    *,
+    strict: bool = False,
 ) -> dict[str, Any]:
-    """The object to store (defaulted); raises Invalid (422) when a rule refuses it."""
+    """The object to store (defaulted); raises Invalid (422) when a rule refuses it, and BadRequest for an
+    unknown field of a custom object under `strict` field validation."""
     if not resource_type.builtin:
         served = registry.find(resource_type.group, resource_type.version, resource_type.plural)
-        new = crds.admit_custom_object(served or resource_type, new, old)
+        new = crds.admit_custom_object(served or resource_type, new, old, strict=strict)
     if resource_type.storage_key == CRD_KEY:
         crds.validate_definition(new)
     if old is not None:

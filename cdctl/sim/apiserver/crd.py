@@ -17,7 +17,7 @@ from typing import Any
 import cel
 import jsonschema
 
-from cdctl.sim.apiserver.errors import Invalid
+from cdctl.sim.apiserver.errors import BadRequest, Invalid
 from cdctl.sim.apiserver.resources import ResourceType
 
 _SCHEMA_EXTENSION_KEYS = ("x-kubernetes-validations", "x-kubernetes-preserve-unknown-fields", "nullable")
@@ -98,8 +98,16 @@ def accepted_status(crd: dict[str, Any], now: str) -> dict[str, Any]:
 _ROOT_FIELDS = ("apiVersion", "kind", "metadata")
 
 
-def prune(value: Any, schema: dict[str, Any] | None, *, root: bool = False) -> Any:
-    """Drop fields the structural schema does not specify, as the API server does for custom objects."""
+def prune(
+    value: Any,
+    schema: dict[str, Any] | None,
+    *,
+    root: bool = False,
+    pruned: list[str] | None = None,
+    path: str = "",
+) -> Any:
+    """Drop fields the structural schema does not specify, as the API server does for custom objects; the
+    path of each dropped field is added to `pruned` (`spec.numNode`, `spec.items[0].x`)."""
     if not schema:
         return value
     if isinstance(value, dict):
@@ -107,16 +115,22 @@ def prune(value: Any, schema: dict[str, Any] | None, *, root: bool = False) -> A
         additional = schema.get("additionalProperties")
         keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields")) or additional is True
         for key in list(value):
+            where = f"{path}.{key}" if path else str(key)
             if root and key in _ROOT_FIELDS:
                 continue
             if key in properties:
-                value[key] = prune(value[key], properties[key])
+                value[key] = prune(value[key], properties[key], pruned=pruned, path=where)
             elif isinstance(additional, dict):
-                value[key] = prune(value[key], additional)
+                value[key] = prune(value[key], additional, pruned=pruned, path=where)
             elif not keep_unknown:
                 del value[key]
+                if pruned is not None:
+                    pruned.append(where)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [prune(item, schema["items"]) for item in value]
+        return [
+            prune(item, schema["items"], pruned=pruned, path=f"{path}[{index}]")
+            for index, item in enumerate(value)
+        ]
     return value
 
 
@@ -199,13 +213,23 @@ def _evaluate_rules(kind: str, name: str, schema: dict[str, Any], new: dict[str,
 
 
 def admit_custom_object(
-    resource_type: ResourceType, new: dict[str, Any], old: dict[str, Any] | None
+    resource_type: ResourceType, new: dict[str, Any], old: dict[str, Any] | None, *, strict: bool = False
 ) -> dict[str, Any]:
-    """Default and validate a custom object against its version's schema; raises Invalid (422)."""
+    """Default and validate a custom object against its version's schema; raises Invalid (422). Unknown
+    fields are dropped, or with `strict` (the request's `fieldValidation=Strict`, which kubectl sends)
+    refused with 400 as a real server refuses them."""
     schema = resource_type.schema
     if not schema:
         return new
-    new = apply_defaults(prune(new, schema, root=True), schema)
+    unknown: list[str] = []
+    new = apply_defaults(prune(new, schema, root=True, pruned=unknown), schema)
+    if strict and unknown:
+        kind = resource_type.kind
+        fields = ", ".join(f'unknown field "{path}"' for path in unknown)
+        raise BadRequest(
+            f'{kind} in version "{resource_type.version}" cannot be handled as a {kind}: '
+            f"strict decoding error: {fields}"
+        )
     name = (new.get("metadata") or {}).get("name", "")
     qualified = f"{resource_type.kind}.{resource_type.group}"
     failures = []

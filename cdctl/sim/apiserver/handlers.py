@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from cdctl.sim.apiserver import authn, discovery
+from cdctl.sim.apiserver import authn, discovery, openapi, protobuf
 from cdctl.sim.apiserver.audit import AuditLog
 from cdctl.sim.apiserver.conversion import convert
 from cdctl.sim.apiserver.errors import (
@@ -111,6 +111,11 @@ class ApiRoutes:
             document = self._discovery(parts)
             if document is not None:
                 return _json(document)
+            if parts[:2] == ["openapi", "v3"]:
+                found = self._openapi(parts[2:])
+                if found is None:
+                    raise NotFound("the server could not find the requested resource")
+                return _json(found)
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 7 and parts[4:7:2] == ["pods", "proxy"]:
             tail = request.path.split("/proxy/", 1)[1] if "/proxy/" in request.path else ""
             return await self.proxy.forward(request, parts[3], parts[5], tail)
@@ -124,6 +129,11 @@ class ApiRoutes:
         else:
             raise NotFound("the server could not find the requested resource")
         return await self._serve(request, target)
+
+    def _openapi(self, parts: list[str]) -> dict[str, Any] | None:
+        if not parts:
+            return openapi.root(self.store.registry)
+        return openapi.group_version(self.store.registry, "/".join(parts))
 
     def _discovery(self, parts: list[str]) -> dict[str, Any] | None:
         registry = self.store.registry
@@ -266,6 +276,8 @@ class ApiRoutes:
         content_type = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
         if request.method == "PATCH":
             return parse_body(raw, content_type), content_type
+        if content_type == protobuf.CONTENT_TYPE:
+            return protobuf.decode(raw), content_type
         try:
             return orjson.loads(raw or b"null"), content_type
         except ValueError as error:
@@ -280,6 +292,7 @@ class ApiRoutes:
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
             served=target.resource_type,
+            strict=request.query.get("fieldValidation") == "Strict",
         )
         return self._respond(request, target, created, status=201)
 
@@ -295,6 +308,7 @@ class ApiRoutes:
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
             served=target.resource_type,
+            strict=request.query.get("fieldValidation") == "Strict",
         )
         return self._respond(request, target, updated)
 
@@ -318,6 +332,7 @@ class ApiRoutes:
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
             served=target.resource_type,
+            strict=request.query.get("fieldValidation") == "Strict",
         )
         return self._respond(request, target, patched)
 

@@ -286,6 +286,7 @@ class ObjectStore:
         user: UserInfo | None = None,
         served: ResourceType | None = None,
         uid: str | None = None,
+        strict: bool = False,
     ) -> dict[str, Any]:
         """Create `body`. `uid` is for in-process writers that restore an object a real server made (as from
         a backup of etcd): it keeps that uid instead of a new one."""
@@ -333,7 +334,7 @@ class ObjectStore:
         defaulting.apply_scheme_defaults(resource_type.storage_key, obj)
         defaulting.normalize_metadata(obj)
         drop_disabled_fields(self.features, resource_type, obj, None)
-        obj = admission.admit(self.registry, resource_type, obj, None)
+        obj = admission.admit(self.registry, resource_type, obj, None, strict=strict)
         self._admit_policies(
             "CREATE",
             resource_type,
@@ -369,6 +370,7 @@ class ObjectStore:
         dry_run: bool = False,
         user: UserInfo | None = None,
         served: ResourceType | None = None,
+        strict: bool = False,
     ) -> dict[str, Any]:
         old = self._find(resource_type, namespace, name)
         if not isinstance(body, dict):
@@ -417,7 +419,7 @@ class ObjectStore:
                     "no new finalizers can be added if the object is being deleted"
                 )
         drop_disabled_fields(self.features, resource_type, new, old)
-        new = admission.admit(self.registry, resource_type, new, old)
+        new = admission.admit(self.registry, resource_type, new, old, strict=strict)
         self._admit_policies(
             "UPDATE",
             resource_type,
@@ -466,6 +468,7 @@ class ObjectStore:
         dry_run: bool = False,
         user: UserInfo | None = None,
         served: ResourceType | None = None,
+        strict: bool = False,
     ) -> dict[str, Any]:
         """Apply a patch of any supported content type; apply-patch creates a missing object."""
         bucket_key = (namespace if resource_type.namespaced else "", name)
@@ -474,7 +477,9 @@ class ObjectStore:
                 raise BadRequest("apply patch body must be an object")
             created = clone(body)
             meta.metadata_of(created).setdefault("name", name)
-            return self.create(resource_type, namespace, created, dry_run=dry_run, user=user, served=served)
+            return self.create(
+                resource_type, namespace, created, dry_run=dry_run, user=user, served=served, strict=strict
+            )
         current = self.get(resource_type, namespace, name)
         patched = apply_patch(current, body, content_type, custom=not resource_type.builtin)
         patched_meta = meta.metadata_of(patched)
@@ -490,6 +495,7 @@ class ObjectStore:
             dry_run=dry_run,
             user=user,
             served=served,
+            strict=strict,
         )
 
     # ---- delete, finalizers, garbage collection, namespaces ------------------------------------------------
