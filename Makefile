@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo install uninstall test lint typecheck layers unit proto bench clean
+.PHONY: demo install uninstall test test-real lint typecheck layers unit proto bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ layers: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q
+
+# The real tier: our scenarios on a real v1.36 control plane and real kubelets (../shared/realk8s, built
+# once; docs/real-tier.md). Skips with one line saying what is missing when the kit is not built.
+test-real: $(STAMP)
+	$(BIN)/pytest -q -rs -m real tests/real
 
 # Regenerates cdctl/_proto from proto/ (the generated code is committed).
 proto: $(STAMP)

@@ -1,0 +1,33 @@
+"""The real tier's collection rules: every test here is marked `real` (`make test-real` runs them; `make test`
+leaves them out), and all of them skip with one line naming what is missing when the realk8s kit is not
+built (tests/real/kit.py)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.real import kit
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = kit.missing()
+    for item in items:
+        if HERE in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.real)
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def work_dir() -> Iterator[Path]:
+    # Unix socket paths are limited to 108 bytes: a short root, not pytest's tmp_path.
+    root = Path(tempfile.mkdtemp(prefix="cdreal-", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
