@@ -50,7 +50,7 @@ async def test_a_domain_forms_on_six_real_nodes_and_leaves_nothing(
         await rack.plane.kubectl("delete", "computedomain", "nvl72", "-n", "team-a", "--timeout=120s")
 
         async def cleaned() -> bool:
-            return await nothing_left(rack, "team-a") is None
+            return await nothing_left(rack) is None
 
         await eventually("nothing left of the domain", cleaned, 60)
         assert not rack.bridge_errors

@@ -3,6 +3,7 @@ and a node reboot, and the kubelet never logs a broken resource-health stream.""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from tests.real import workload
@@ -61,4 +62,5 @@ async def test_a_domain_recovers_from_restarts_and_a_reboot(work_dir: Path) -> N
 
 
 async def _opened(log: Path) -> bool:
-    return "kubelet opened the resource-health stream" in log.read_text(errors="replace")
+    text = await asyncio.to_thread(log.read_text, errors="replace")
+    return "kubelet opened the resource-health stream" in text
