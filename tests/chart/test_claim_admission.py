@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from helm_python import chart as hc
 
+from cdctl.sim.apiserver.errors import ApiError
 from tests.chart.claimadmission import (
     CHANNEL_CLASS,
     TENANT,
@@ -120,7 +121,6 @@ REFUSED: list[tuple[str, Any, str]] = [
         channel(kind=["x"]),
         "parameters.kind: error decoding config parameters: kind must be a string",
     ),
-    ("a list, not an object", ["x"], "parameters: error decoding config parameters: not a JSON object"),
     (
         "domainID not a uid",
         channel(domainID="my-domain"),
@@ -189,6 +189,22 @@ def test_the_policy_speaks_the_plugins_words(
     assert message.startswith(f"ResourceClaim {TENANT_NS}/c: ") and message.endswith(prepare)
 
 
+@pytest.mark.parametrize("make", [claim, template], ids=["claim", "template"])
+def test_parameters_that_are_no_object_are_refused_before_any_policy(
+    refusing: AdmissionCluster, make: Any
+) -> None:
+    """As a real kube-apiserver v1.36 refuses them: its own validation, not the claim policy."""
+    body = make(["x"])
+    path = "spec.devices" if make is claim else "spec.spec.devices"
+    with pytest.raises(ApiError) as caught:
+        refusing.write(body, user=TENANT)
+    assert (caught.value.code, caught.value.message) == (
+        422,
+        f'{body["kind"]} "{body["metadata"]["name"]}" is invalid: {path}.config[0].opaque.parameters: '
+        'Invalid value: "<value omitted>": must be a valid JSON object',
+    )
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("parameters", ACCEPTED)
 def test_configs_prepare_accepts_pass(cluster: AdmissionCluster, version: str, parameters: Any) -> None:
@@ -216,7 +232,11 @@ def test_the_message_names_the_index_of_the_first_bad_config(cluster: AdmissionC
 
 
 def test_claims_without_this_drivers_configs_are_not_looked_at(cluster: AdmissionCluster) -> None:
-    other = claim(configs=[config("not even an object", driver="gpu.nvidia.com")])
+    # Parameters this driver would refuse (a kind it does not know); a real server refuses a non-object for
+    # any driver before the policy, so the case is an object.
+    other = claim(
+        configs=[config({"apiVersion": "gpu.nvidia.com/v1", "kind": "GpuConfig"}, driver="gpu.nvidia.com")]
+    )
     cluster.write(other, user=TENANT)
     cluster.write({**claim(configs=[]), "metadata": {"name": "no-config"}}, user=TENANT)
     assert cluster.store.policies.admitted[("claims-policy-cdctl", TENANT.username)] == 0

@@ -21,6 +21,7 @@ from cdctl.sim.apiserver.resources import ResourceRegistry, ResourceType
 CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY = ("", "namespaces")
 CLAIM_KEY = ("resource.k8s.io", "resourceclaims")
+TEMPLATE_KEY = ("resource.k8s.io", "resourceclaimtemplates")
 SLICE_KEY = ("resource.k8s.io", "resourceslices")
 SERVICE_ACCOUNT_KEY = ("", "serviceaccounts")
 DAEMON_SET_KEY = ("apps", "daemonsets")
@@ -91,6 +92,8 @@ def admit(
         new = crds.admit_custom_object(served or resource_type, new, old, strict=strict)
     if resource_type.storage_key == CRD_KEY:
         crds.validate_definition(new)
+    if resource_type.storage_key in (CLAIM_KEY, TEMPLATE_KEY):
+        _validate_opaque_parameters(resource_type, new)
     if old is not None:
         for path in _IMMUTABLE.get(resource_type.storage_key, ()):
             if _at(new, path) != _at(old, path):
@@ -100,6 +103,25 @@ def admit(
                     'Invalid value: "object": field is immutable'
                 )
     return new
+
+
+def _validate_opaque_parameters(resource_type: ResourceType, obj: dict[str, Any]) -> None:
+    """A claim's (or template's) opaque config parameters must be a JSON object: the API server's own
+    validation, before any admission policy sees the object."""
+    spec = obj.get("spec") or {}
+    path = "spec.devices"
+    if resource_type.storage_key == TEMPLATE_KEY:
+        spec, path = (spec.get("spec") or {}) if isinstance(spec, dict) else {}, "spec.spec.devices"
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    configs = (devices.get("config") or []) if isinstance(devices, dict) else []
+    for index, config in enumerate(configs if isinstance(configs, list) else []):
+        opaque = config.get("opaque") if isinstance(config, dict) else None
+        if isinstance(opaque, dict) and "parameters" in opaque and not isinstance(opaque["parameters"], dict):
+            name = (obj.get("metadata") or {}).get("name", "")
+            raise Invalid(
+                f'{resource_type.kind} "{name}" is invalid: {path}.config[{index}].opaque.parameters: '
+                'Invalid value: "<value omitted>": must be a valid JSON object'
+            )
 
 
 def default_service_account(namespace: str) -> dict[str, Any]:
