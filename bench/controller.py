@@ -303,6 +303,21 @@ class CollectorClock:
         gc.callbacks.remove(self._on_collect)
 
 
+def phase_figures(
+    started: float, acted: float, wall: float, cpu: tuple[float, float, float], domains: int
+) -> dict[str, float]:
+    """A lifecycle phase's timings: requests sent, done, and the controller's CPU (before, at done, once
+    idle again), also per domain."""
+    before, at_done, quiet = cpu
+    return {
+        "requests_s": round(acted - started, 3),
+        "wall_s": round(wall, 3),
+        "controller_cpu_s_at_done": round(at_done - before, 3),
+        "controller_cpu_s": round(quiet - before, 3),
+        "controller_cpu_ms_per_domain": round((quiet - before) * 1000 / domains, 2),
+    }
+
+
 async def lifecycle_phase(
     bench: Bench, controller: ControllerProcess, domains: int, act: Any, done: Any
 ) -> dict[str, Any]:
@@ -339,11 +354,7 @@ async def lifecycle_phase(
         k: round((n - reconciles_before.get(k, 0)) / domains, 2) for k, n in reconciles_after.items()
     }
     return {
-        "requests_s": round(acted - started, 3),
-        "wall_s": round(wall, 3),
-        "controller_cpu_s_at_done": round(cpu_at_done - cpu_before, 3),
-        "controller_cpu_s": round(cpu_quiet - cpu_before, 3),
-        "controller_cpu_ms_per_domain": round((cpu_quiet - cpu_before) * 1000 / domains, 2),
+        **phase_figures(started, acted, wall, (cpu_before, cpu_at_done, cpu_quiet), domains),
         "controller_system_cpu_s": round(system, 3),  # of controller_cpu_s: the kernel's (fsync, sockets)
         "controller_io_per_domain": {
             key: round((io_after[key] - io_before[key]) / domains, 1)
@@ -630,6 +641,10 @@ async def main(
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", type=int, default=1000)
+    parser.add_argument(
+        "--kubeconfig", type=Path, default=None,
+        help="run the lifecycle on this real cluster, not the simulated server (bench/controller_real.py)",
+    )  # fmt: skip
     parser.add_argument("--event-log", choices=["sqlite", "memory"], default="sqlite")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)}")
     parser.add_argument(
@@ -666,6 +681,19 @@ if __name__ == "__main__":
     if not chosen <= set(PHASES):
         parser.error(f"unknown phases: {', '.join(sorted(chosen - set(PHASES)))}")
     extra = tuple(args.controller_args.split())
+    if args.kubeconfig is not None:
+        from bench.controller_real import lifecycle_on
+
+        real = asyncio.run(lifecycle_on(args.kubeconfig, args.domains, extra))
+        result = {"benchmark": "controller", "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                  "machine": {"cpus": os.cpu_count(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
+                  "lifecycle": real}  # fmt: skip
+        print(json.dumps(result, indent=2))
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        out = RESULTS / f"controller-real-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"written to {out}")
+        raise SystemExit(0)
     result = asyncio.run(
         main(
             args.domains,
