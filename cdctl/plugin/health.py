@@ -185,8 +185,6 @@ class HealthBoard:
         self._changed = asyncio.Condition()
         self._closed = False
         self.watchers = 0
-        self._unwatched = asyncio.Event()
-        self._unwatched.set()
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -215,15 +213,6 @@ class HealthBoard:
             self._closed = True
             self._changed.notify_all()
 
-    async def wait_unwatched(self, timeout_s: float) -> bool:
-        """Wait until no stream follows the board (each has sent its end); False if some still did."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self._unwatched.wait()
-        except TimeoutError:
-            return False
-        return True
-
     def _has_news(self, sent: int) -> bool:
         return self._closed or (self._snapshot is not None and self._version != sent)
 
@@ -232,7 +221,6 @@ class HealthBoard:
         without one. Ends when the caller stops iterating (the kubelet closes the stream) or the board is
         closed (the plugin stops)."""
         self.watchers += 1
-        self._unwatched.clear()
         try:
             sent = -1
             while not self._closed:
@@ -252,5 +240,3 @@ class HealthBoard:
                 yield snapshot
         finally:
             self.watchers -= 1
-            if not self.watchers:
-                self._unwatched.set()

@@ -11,6 +11,7 @@ A method neither unix socket serves gets a well-formed UNIMPLEMENTED (see cdctl.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import Awaitable, Callable
@@ -52,7 +53,7 @@ PLUGIN_TYPE = "DRAPlugin"
 # health service from this list (v1 over v1alpha1); 1.34-1.36 open v1alpha1 whether it is listed or not.
 SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", *HEALTH_SERVICES)
 HEALTH_SERVICES = ("", "liveness")
-STREAM_END_TIMEOUT_S = 2.0  # how long a stopping plugin waits for its health streams to send their end
+STREAM_END_TIMEOUT_S = 2.0  # how long a stopping plugin waits for its requests in flight to finish
 
 
 def registration_socket(registrar_dir: Path, driver: str = DRIVER_NAME) -> Path:
@@ -212,6 +213,19 @@ def _clear_socket_path(path: Path) -> None:
         path.unlink()
 
 
+async def _requests_finished(server: Server, timeout_s: float) -> bool:
+    """Wait, at most `timeout_s`, for the server's requests in flight to finish: the health streams once the
+    board is closed send their end (status OK), and a Prepare in progress answers. grpclib's close cancels
+    whatever still runs, and a stream cancelled sends no end. grpclib (0.4.x) keeps the requests' tasks in
+    each connection handler's `_tasks`; tests/plugin/test_healthservice.py catches a change."""
+    handlers = getattr(server, "_handlers", ())
+    running = [t for h in handlers for t in getattr(h, "_tasks", {}).values() if not t.done()]
+    if not running:
+        return True
+    _, pending = await asyncio.wait(running, timeout=timeout_s)
+    return not pending
+
+
 def _remove_socket(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
@@ -268,8 +282,8 @@ class PluginServers:
         broken stream (code Unavailable, logged as an error)."""
         await self._close_server(self._reg, self.paths.registration)
         await self.board.close()
-        if not await self.board.wait_unwatched(STREAM_END_TIMEOUT_S):
-            log.warning("resource-health streams still open at close", streams=self.board.watchers)
+        if not await _requests_finished(self._dra, STREAM_END_TIMEOUT_S):
+            log.warning("requests still in flight at close", health_streams=self.board.watchers)
         await self._close_server(self._dra, self.paths.dra)
         if self._health is not None:
             self._health.close()

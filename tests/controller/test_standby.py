@@ -54,6 +54,19 @@ async def start(cluster: Cluster, pod: str, db: Path) -> tuple[asyncio.Task[None
     )
 
 
+async def synced_or_failed(
+    task: asyncio.Task[None], manager: ControllerManager, timeout_s: float = 60
+) -> None:
+    """Wait for the manager's view to sync, but not forever: a controller task that died (its follow ended
+    by an error) never syncs, and nothing else would report it."""
+    synced = asyncio.create_task(manager.synced.wait())
+    done, _ = await asyncio.wait({synced, task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    synced.cancel()
+    if task in done:
+        raise AssertionError(f"the controller ended before its view synced: {task.exception()!r}")
+    assert done, f"the view did not sync within {timeout_s:g} s"
+
+
 async def read_log(db: Path) -> list[RecordedEvent]:
     reader = await SqliteEventStore.open(db, read_only=True)
     try:
@@ -73,8 +86,8 @@ async def test_a_standby_records_what_it_sees_writes_nothing_and_takes_over_befo
         enforce_chart(cluster)
         leader_task, leader = await start(cluster, "controller-a", tmp_path / "a.db")
         await eventually(lambda: leader.leading)
-        _, standby = await start(cluster, "controller-b", tmp_path / "b.db")
-        await standby.synced.wait()
+        standby_task, standby = await start(cluster, "controller-b", tmp_path / "b.db")
+        await synced_or_failed(standby_task, standby)
         uid = cluster.create_domain("cd1")["metadata"]["uid"]
         daemon_set = f"computedomain-daemon-{uid}"
         await eventually(lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, daemon_set))
@@ -131,10 +144,10 @@ async def test_a_leader_whose_watches_have_not_listed_waits_for_them_before_its_
         uid = cluster.create_domain("cd1")["metadata"]["uid"]
         cluster.server.faults.slow("/computedomains", 2.0)  # the ComputeDomain listing is slow to answer
         with capture_logs() as logs:
-            _, manager = await start(cluster, "controller-a", tmp_path / "a.db")
+            task, manager = await start(cluster, "controller-a", tmp_path / "a.db")
             await eventually(lambda: manager.elector is not None and manager.elector.is_leader)
             assert not manager.synced.is_set() and not manager.leading  # the Lease is won, the view is not
-            await manager.synced.wait()
+            await synced_or_failed(task, manager)
             cluster.server.faults.heal()
             await eventually(lambda: manager.leading)
             await eventually(

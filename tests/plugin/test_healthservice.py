@@ -25,7 +25,7 @@ from cdctl._proto import v1alpha1 as health_v1alpha1
 from cdctl.plugin.devices import DRIVER_NAME
 from cdctl.plugin.driver import Driver
 from cdctl.plugin.health import DeviceReport, Health, HealthBoard
-from cdctl.plugin.server import PluginServers, ServerPaths
+from cdctl.plugin.server import PluginServers, ServerPaths, _requests_finished
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.node.kubelet import SimKubelet
 from tests.plugin.conftest import Node
@@ -284,3 +284,28 @@ async def test_the_simulated_kubelet_logs_a_health_stream_cut_by_its_server(shor
             child.kill()
             await child.wait()
     assert [e for e in errors if "NodeWatchResources of compute-domain.nvidia.com" in e], errors
+
+
+async def test_the_close_sees_an_open_stream_in_flight_until_the_board_ends_it(
+    node: Node, short_dir: Path
+) -> None:
+    """`_requests_finished` reads grpclib's request tasks (private to grpclib 0.4.x): if they moved, it would
+    see nothing in flight, and a stopping plugin could cut a stream before its end is sent."""
+    paths = ServerPaths(short_dir / "r6", short_dir / "p6" / "compute-domain.nvidia.com")
+    board = HealthBoard(resend_s=30.0)
+    await board.publish(HEALTHY)
+    servers = PluginServers(paths, Driver(node.state, node.cluster), lambda: None, board=board)
+    await servers.start()
+    channel = Channel(path=str(paths.dra))
+    try:
+        responses = health_v1alpha1.DraResourceHealthStub(channel).node_watch_resources(
+            health_v1alpha1.NodeWatchResourcesRequest()
+        )
+        await asyncio.wait_for(anext(responses), timeout=5)
+        assert not await _requests_finished(servers._dra, 0.2), "the open stream is a request in flight"
+        await board.close()
+        assert await _requests_finished(servers._dra, 5.0)
+        assert [r async for r in responses] == []  # ended, with status OK (no error raised)
+    finally:
+        channel.close()
+        await asyncio.wait_for(servers.close(), timeout=10)
