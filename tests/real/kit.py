@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,26 @@ BIN = CACHE / "bin"
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "hollow-kubelet-dra")
 SCRIPTS = ("start.sh", "stop.sh", "pki.sh")
 KUBELET_PORT_BASE = 20250
+PORTS = tuple(
+    int(os.environ.get(name, default))
+    for name, default in (("APISERVER_PORT", 6443), ("ETCD_CLIENT_PORT", 23790), ("ETCD_PEER_PORT", 23800),
+                          ("KCM_PORT", 10257), ("SCHED_PORT", 10259))
+)  # fmt: skip
+
+
+async def ports_free(ports: tuple[int, ...], timeout_s: float = 30.0) -> None:
+    """Wait until nothing listens on `ports` of loopback any more."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        busy = []
+        for port in ports:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    busy.append(port)
+        if not busy:
+            return
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"ports {busy} still in use {timeout_s:g} s after stop.sh")
 
 
 def missing() -> str | None:
@@ -62,9 +83,11 @@ async def run(argv: list[str], *, stdin: bytes | None = None, env: dict[str, str
     )
     try:
         out, _ = await asyncio.wait_for(process.communicate(stdin), timeout_s)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
+    except BaseException:  # a timeout, or the caller cancelled: the child is reaped and its pipes closed
+        if process.returncode is None:
+            process.kill()
+        with contextlib.suppress(BaseException):
+            await process.communicate()
         raise
     assert process.returncode is not None
     return process.returncode, out.decode(errors="replace")
@@ -77,6 +100,7 @@ class ControlPlane:
     async def fresh(self) -> None:
         """A new cluster: the kit's processes stopped, etcd wiped, everything started again."""
         await run([str(KIT / "stop.sh"), "--wipe"], timeout_s=60)
+        await ports_free(PORTS)  # stop.sh signals; a component still exiting holds its port
         code, output = await run([str(KIT / "start.sh")], timeout_s=300)
         if code != 0:
             raise RuntimeError(f"realk8s start.sh failed:\n{output}")

@@ -13,26 +13,22 @@ NODES = 6
 WATCH_ERROR = "Error receiving from WatchResources stream"
 
 
-async def nothing_left(rack: RealRack, namespace: str) -> str | None:
+async def nothing_left(rack: RealRack) -> str | None:
     """What remains of a torn-down domain, or None."""
-    left = []
-    templates = await rack.plane.get("resourceclaimtemplates", "-A")
-    left += [f"template {t['metadata']['name']}" for t in templates["items"]]
-    left += [f"daemonset {d['metadata']['name']}" for d in (await rack.plane.get("daemonsets", "-A"))["items"]
-             if d["metadata"]["name"].startswith("computedomain-daemon-")]  # fmt: skip
-    left += [
-        f"claim {c['metadata']['name']}" for c in (await rack.plane.get("resourceclaims", "-A"))["items"]
-    ]
+
+    async def names(resource: str) -> list[str]:
+        return [str(o["metadata"]["name"]) for o in (await rack.plane.get(resource, "-A"))["items"]]
+
+    left = [f"template {name}" for name in await names("resourceclaimtemplates")]
+    left += [f"daemonset {n}" for n in await names("daemonsets") if n.startswith("computedomain-daemon-")]
+    left += [f"claim {name}" for name in await names("resourceclaims")]
+    left += [f"domain {name}" for name in await names("computedomains")]
     for node in (await rack.plane.get("nodes"))["items"]:
         labels = node["metadata"].get("labels") or {}
-        left += [
-            f"label on {node['metadata']['name']}" for k in labels if k.startswith("resource.nvidia.com/")
-        ]
+        ours = [k for k in labels if k.startswith("resource.nvidia.com/")]
+        left += [f"label {k} on {node['metadata']['name']}" for k in ours]
     for name, hollow in rack.nodes.items():
         left += [f"CDI spec {p.name} on {name}" for p in hollow.cdi.glob("*") if "claim" in p.name]
-    left += [
-        f"domain {d['metadata']['name']}" for d in (await rack.plane.get("computedomains", "-A"))["items"]
-    ]
     return ", ".join(left) or None
 
 
