@@ -142,6 +142,25 @@ async def test_watch_sends_the_full_list_on_open_and_on_every_change(
         channel.close()
 
 
+async def started(node: Node, root: Path) -> PluginServers:
+    """The plugin's servers under `root`, its board publishing HEALTHY."""
+    board = HealthBoard(resend_s=30.0)
+    await board.publish(HEALTHY)
+    paths = ServerPaths(root / "registry", root / "plugins" / "compute-domain.nvidia.com")
+    servers = PluginServers(paths, Driver(node.state, node.cluster), lambda: None, board=board)
+    await servers.start()
+    return servers
+
+
+async def opened_stream(channel: Channel) -> AsyncIterator[health_v1alpha1.NodeWatchResourcesResponse]:
+    """A v1alpha1 health stream on `channel`, once its first list has arrived."""
+    responses = health_v1alpha1.DraResourceHealthStub(channel).node_watch_resources(
+        health_v1alpha1.NodeWatchResourcesRequest()
+    )
+    await asyncio.wait_for(anext(responses), timeout=5)
+    return responses
+
+
 def _grpcio_first_message(sock: Path, method: str) -> bytes:
     with grpc.insecure_channel(f"unix:{sock}") as ch:
         call = ch.unary_stream(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
@@ -163,17 +182,11 @@ async def test_grpcio_reads_the_health_stream(servers: PluginServers, version: s
 
 
 async def test_closing_the_servers_ends_an_open_health_stream(node: Node, short_dir: Path) -> None:
-    paths = ServerPaths(short_dir / "r2", short_dir / "p2" / "compute-domain.nvidia.com")
-    board = HealthBoard(resend_s=30.0)
-    await board.publish(HEALTHY)
-    servers = PluginServers(paths, Driver(node.state, node.cluster), lambda: None, board=board)
-    await servers.start()
-    channel = Channel(path=str(paths.dra))
+    servers = await started(node, short_dir / "r2")
+    board = servers.board
+    channel = Channel(path=str(servers.paths.dra))
     try:
-        responses = health_v1alpha1.DraResourceHealthStub(channel).node_watch_resources(
-            health_v1alpha1.NodeWatchResourcesRequest()
-        )
-        await asyncio.wait_for(anext(responses), timeout=5)
+        await opened_stream(channel)
         assert board.watchers == 1
         await asyncio.wait_for(servers.close(), timeout=5)  # does not hang on the open stream
         assert board.watchers == 0  # its handler ended
@@ -200,11 +213,8 @@ async def test_a_stopping_plugin_ends_the_kubelets_health_stream_with_ok(
 ) -> None:
     """The kubelet logs `Error receiving from WatchResources stream` for any end but a clean one (status OK,
     read as io.EOF): a plugin that closed its server under an open stream logged one per node and restart."""
-    paths = ServerPaths(short_dir / "r3", short_dir / "p3" / "compute-domain.nvidia.com")
-    board = HealthBoard(resend_s=30.0)
-    await board.publish(HEALTHY)
-    servers = PluginServers(paths, Driver(node.state, node.cluster), lambda: None, board=board)
-    await servers.start()
+    servers = await started(node, short_dir / "r3")
+    paths = servers.paths
     first_read = asyncio.Event()
     reader = asyncio.create_task(
         asyncio.to_thread(
@@ -251,11 +261,8 @@ async def _follow_until_deregistered(kubelet: SimKubelet, stop: Any) -> list[str
 async def test_the_simulated_kubelet_sees_a_plugin_stop_end_its_health_stream_cleanly(
     node: Node, short_dir: Path
 ) -> None:
-    paths = ServerPaths(short_dir / "r4", short_dir / "p4" / "compute-domain.nvidia.com")
-    board = HealthBoard(resend_s=30.0)
-    await board.publish(HEALTHY)
-    servers = PluginServers(paths, Driver(node.state, node.cluster), lambda: None, board=board)
-    await servers.start()
+    servers = await started(node, short_dir / "r4")
+    paths = servers.paths
     kubelet = SimKubelet(ObjectStore(), "node-a", paths.registrar_dir)
     assert await _follow_until_deregistered(kubelet, servers.close) == []
 
@@ -291,17 +298,11 @@ async def test_the_close_sees_an_open_stream_in_flight_until_the_board_ends_it(
 ) -> None:
     """`_requests_finished` reads grpclib's request tasks (private to grpclib 0.4.x): if they moved, it would
     see nothing in flight, and a stopping plugin could cut a stream before its end is sent."""
-    paths = ServerPaths(short_dir / "r6", short_dir / "p6" / "compute-domain.nvidia.com")
-    board = HealthBoard(resend_s=30.0)
-    await board.publish(HEALTHY)
-    servers = PluginServers(paths, Driver(node.state, node.cluster), lambda: None, board=board)
-    await servers.start()
-    channel = Channel(path=str(paths.dra))
+    servers = await started(node, short_dir / "r6")
+    board = servers.board
+    channel = Channel(path=str(servers.paths.dra))
     try:
-        responses = health_v1alpha1.DraResourceHealthStub(channel).node_watch_resources(
-            health_v1alpha1.NodeWatchResourcesRequest()
-        )
-        await asyncio.wait_for(anext(responses), timeout=5)
+        responses = await opened_stream(channel)
         assert not await _requests_finished(servers._dra, 0.2), "the open stream is a request in flight"
         await board.close()
         assert await _requests_finished(servers._dra, 5.0)
