@@ -159,7 +159,6 @@ class HollowNode:
     labels: dict[str, str]
     gpus: int = 4
     process: asyncio.subprocess.Process | None = None
-    boots: int = 0
     _kubeconfig: Path | None = field(default=None, repr=False)
 
     @property
@@ -207,7 +206,6 @@ class HollowNode:
             self.process = await asyncio.create_subprocess_exec(
                 *argv, stdout=log, stderr=log, start_new_session=True
             )
-        self.boots += 1
 
     async def stop(self) -> None:
         process, self.process = self.process, None
@@ -223,11 +221,13 @@ class HollowNode:
             await process.wait()
 
     def records(self) -> list[dict[str, Any]]:
-        """Every container the fake runtime was asked to create, oldest first, with `ok` from its name."""
+        """Every container the fake runtime was asked to create, oldest first, with `ok` from its name and
+        `file`, the record's name (one per create: it holds the time in nanoseconds)."""
         found = []
         for path in sorted(self.containers.glob("*.json"), key=lambda p: p.name.rsplit("_", 2)[-2]):
             record = json.loads(path.read_text())
             record["ok"] = path.name.endswith("_ok.json")
+            record["file"] = path.name
             found.append(record)
         return found
 

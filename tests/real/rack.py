@@ -37,9 +37,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import yaml
 from helm_python import chart as hc
 
-from cdctl.domain.computedomains import DRIVER_NAME, LABEL_COMPUTE_DOMAIN
+from cdctl.domain.computedomains import DRIVER_NAME
 from cdctl.sim.node import fakeimex
 from cdctl.sim.node.daemonruntime import DaemonPodRuntime
 from cdctl.sim.node.fakedriver import DriverFiles, write_driver_files
@@ -177,8 +178,6 @@ class RealRack:
                                     is_install=True)  # fmt: skip
         finally:
             helm.close()
-        import yaml
-
         for name in sorted(manifests):
             if name.endswith(".yaml"):
                 self.objects += [d for d in yaml.safe_load_all(manifests[name]) if d]
@@ -319,7 +318,6 @@ class RealRack:
         await hollow.stop()
         await self.kill_component(f"plugin/{node}")
         await self.runtime.kill_node(node)
-        self._started_records -= {key for key in self._started_records if key.startswith(f"{node}:")}
         self.driver_files[node] = write_driver_files(hollow.directory / "driver")
         for spec in hollow.cdi.glob("*"):
             spec.unlink()
@@ -352,13 +350,12 @@ class RealRack:
             await asyncio.sleep(0.25)
 
     async def _bridge_once(self) -> None:
-        fresh = [
-            (node, record)
-            for node in self.nodes.values()
-            for record in node.records()
-            if record["ok"] and record["namespace"] == NAMESPACE
-            and f"{record['podUID']}/{record['attempt']}" not in self._started_records
-        ]  # fmt: skip
+        latest: dict[str, tuple[HollowNode, dict[str, Any]]] = {}  # pod uid -> its current container
+        for node in self.nodes.values():
+            for record in node.records():  # oldest first: a later container supersedes an earlier one
+                if record["ok"] and record["namespace"] == NAMESPACE:
+                    latest[record["podUID"]] = (node, record)
+        fresh = [(n, r) for n, r in latest.values() if f"{n.name}/{r['file']}" not in self._started_records]
         pods: dict[str, dict[str, Any]] = {}
         if fresh or self.runtime.running:
             listing = await self.plane.get("pods", "-n", NAMESPACE)
@@ -370,18 +367,15 @@ class RealRack:
         for uid in [u for u in self.runtime.running if u not in pods]:
             gone = {"metadata": {"uid": uid, "namespace": NAMESPACE, "name": uid}, "spec": {}}
             await self.runtime.stop(gone)
-        for _node, record in fresh:
+        for node, record in fresh:
             pod = pods.get(record["podUID"])
             if pod is None or not self.runtime.selects(pod) or not (pod.get("status") or {}).get("podIP"):
                 continue  # not a daemon, gone already, or its status not written yet: the next pass
-            self._started_records.add(f"{record['podUID']}/{record['attempt']}")
+            self._started_records.add(f"{node.name}/{record['file']}")
             if record["podUID"] in self.runtime.running:
                 await self.runtime.stop(pod)
             await self._pod_kubeconfig(pod, str(pod["spec"].get("serviceAccountName", "default")))
             await self.runtime.start(pod, list(record.get("cdiDevices") or []))
-
-    def daemon_pods_running(self) -> int:
-        return len(self.runtime.running)
 
     # ---- the end -------------------------------------------------------------------------------------------
     async def stop(self) -> None:
@@ -409,6 +403,3 @@ class RealRack:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
-
-    def domain_label(self, uid: str) -> str:
-        return f"{LABEL_COMPUTE_DOMAIN}={uid}"

@@ -26,10 +26,9 @@ async def as_user(kubeconfig: Path, *args: str, stdin: str | None = None) -> tup
 
 async def dry_run_create(rack: RealRack, body: dict[str, Any]) -> tuple[int, str]:
     """The admin's server-side dry run of a create: admission runs, nothing is stored."""
-    code, output = await run(
-        [str(BIN / "kubectl"), "--kubeconfig", str(rack.plane.kubeconfig), "create", "--dry-run=server",
-         "-f", "-"], stdin=yaml.safe_dump(body).encode())  # fmt: skip
-    return code, output
+    return await as_user(
+        rack.plane.kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(body)
+    )
 
 
 async def test_the_chart_policies_refuse_on_the_real_server_what_they_refuse_in_the_simulator(

@@ -55,6 +55,11 @@ async def test_a_domain_recovers_from_restarts_and_a_reboot(work_dir: Path) -> N
         before = len(rack.nodes[third].records())
         await rack.reboot(third)
         await worker_restarted_on(rack, third, before)
+
+        async def daemon_back() -> bool:  # the kubelet created the daemon's container again: it runs
+            return any(running.node == third for running in rack.runtime.running.values())
+
+        await eventually(f"the IMEX daemon running again on {third}", daemon_back, 60)
         status = await rack.plane.get("computedomain", "nvl72", "-n", "team-a")
         assert status["status"]["status"] == "Ready", status["status"]
         assert watch_errors(rack) == []

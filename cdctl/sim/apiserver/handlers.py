@@ -292,7 +292,7 @@ class ApiRoutes:
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
             served=target.resource_type,
-            strict=request.query.get("fieldValidation") == "Strict",
+            strict=_strict(request),
         )
         return self._respond(request, target, created, status=201)
 
@@ -308,7 +308,7 @@ class ApiRoutes:
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
             served=target.resource_type,
-            strict=request.query.get("fieldValidation") == "Strict",
+            strict=_strict(request),
         )
         return self._respond(request, target, updated)
 
@@ -332,7 +332,7 @@ class ApiRoutes:
             dry_run=bool(request.query.get("dryRun")),
             user=self._user(request),
             served=target.resource_type,
-            strict=request.query.get("fieldValidation") == "Strict",
+            strict=_strict(request),
         )
         return self._respond(request, target, patched)
 
@@ -386,6 +386,11 @@ class ApiRoutes:
             **{k: v for k, v in body.items() if k not in ("apiVersion", "kind")},
         }
         return _json(binding, status=201)
+
+
+def _strict(request: web.Request) -> bool:
+    """Whether the request asks for strict field validation (kubectl's default: `fieldValidation=Strict`)."""
+    return request.query.get("fieldValidation") == "Strict"
 
 
 def _list_body(

@@ -72,6 +72,13 @@ BOUND_OBJECT_REFERENCE: Schema = {
     3: ("name", "string"),
     4: ("uid", "string"),
 }
+DELETE_OPTIONS: Schema = {
+    1: ("gracePeriodSeconds", "int"),
+    2: ("preconditions", {1: ("uid", "string"), 2: ("resourceVersion", "string")}),
+    3: ("orphanDependents", "bool"),
+    4: ("propagationPolicy", "string"),
+    5: ("dryRun", ("repeated", "string")),
+}
 KINDS: dict[tuple[str, str], Schema] = {
     ("v1", "Namespace"): {
         1: ("metadata", OBJECT_META),
@@ -107,16 +114,10 @@ KINDS: dict[tuple[str, str], Schema] = {
             },
         ),
     },
-    ("meta.k8s.io/v1", "DeleteOptions"): {
-        1: ("gracePeriodSeconds", "int"),
-        2: ("preconditions", {1: ("uid", "string"), 2: ("resourceVersion", "string")}),
-        3: ("orphanDependents", "bool"),
-        4: ("propagationPolicy", "string"),
-        5: ("dryRun", ("repeated", "string")),
-    },
-    ("v1", "DeleteOptions"): {},  # filled below: the same message under the core group's name
+    # The same message, under meta.k8s.io's name and the core group's.
+    ("meta.k8s.io/v1", "DeleteOptions"): DELETE_OPTIONS,
+    ("v1", "DeleteOptions"): DELETE_OPTIONS,
 }
-KINDS[("v1", "DeleteOptions")] = KINDS[("meta.k8s.io/v1", "DeleteOptions")]
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
