@@ -212,11 +212,13 @@ async def test_the_fourth_domain_waits_for_a_release_and_a_released_channel_is_r
 async def test_a_restart_rebuilds_the_assignments_from_the_log(tmp_path: Path) -> None:
     db = tmp_path / "controller.db"
     async with Cluster(tmp_path) as cluster:
-        task, _ = await cluster.start_controller(db_path=str(db), **HOST_MANAGED)
+        task, manager = await cluster.start_controller(db_path=str(db), **HOST_MANAGED)
         first, second = await two_domains_on_one_node(cluster, "a", "b")
         cluster.delete_domain("a")
         release_claim(cluster, "a-worker-0")
         await eventually(lambda: channel_of(cluster, first) is None)
+        # The API shows the release before the controller's log may hold it: stop only once it is recorded.
+        await eventually(lambda: manager.journal.channels.clique(CLIQUE).released == (1,))
         await cluster.stop_controller(task)
 
         _, restarted = await cluster.start_controller(db_path=str(db), **HOST_MANAGED)
