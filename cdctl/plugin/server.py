@@ -134,7 +134,8 @@ class DraV1beta1(v1beta1.DraPluginBase):
 
 
 class Registration(RegistrationBase):
-    """GetInfo for the kubelet's plugin watcher; NotifyRegistrationStatus calls `on_registered` on success."""
+    """GetInfo for the kubelet's plugin watcher; NotifyRegistrationStatus calls `on_registered` on success
+    and logs a refusal (both answered OK)."""
 
     def __init__(self, endpoint: str, on_registered: Callable[[], None], driver: str = DRIVER_NAME) -> None:
         self.endpoint = endpoint
@@ -153,8 +154,10 @@ class Registration(RegistrationBase):
     async def notify_registration_status(self, message: RegistrationStatus) -> RegistrationStatusResponse:
         self.status = message
         if not message.plugin_registered:
-            log.error("kubelet refused the plugin registration", error=message.error)
-            raise GRPCError(Status.UNKNOWN, f"failed registration process: {message.error}")
+            # Acknowledged, not failed: the kubelet sends this from its own error path and only logs our
+            # answer, and an error answer to a message we understood would read as UNKNOWN there.
+            log.error("kubelet refused the plugin registration", error=clip(message.error, ERROR_LIMIT))
+            return RegistrationStatusResponse()
         log.info("registered with the kubelet")
         self.on_registered()
         return RegistrationStatusResponse()
@@ -257,7 +260,7 @@ class PluginServers:
         self.board = board or HealthBoard()
         dra: list[Any] = [DraV1(driver), DraV1beta1(driver), HealthV1alpha1(self.board), HealthV1(self.board)]
         self._dra = with_unimplemented_fallback(Server(dra, codec=RequestCodec()))
-        self._reg = with_unimplemented_fallback(Server([self.registration]))
+        self._reg = with_unimplemented_fallback(Server([self.registration], codec=RequestCodec()))
         self._health_port = health_port
         self._health: Server | None = None
         self.bound_health_port: int | None = None

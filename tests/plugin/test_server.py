@@ -16,6 +16,7 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+from structlog.testing import capture_logs
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
 from cdctl._proto.pluginregistration import InfoRequest, RegistrationStatus, RegistrationStub
@@ -79,9 +80,11 @@ async def test_registration_info_and_status(running: Running) -> None:
         ]  # fmt: skip
         await stub.notify_registration_status(RegistrationStatus(plugin_registered=True))
         assert running.registered == [True]
-        with pytest.raises(GRPCError):
+        # a refusal is acknowledged (the kubelet only logs the answer) and logged, never a registration
+        with capture_logs() as logs:
             await stub.notify_registration_status(RegistrationStatus(plugin_registered=False, error="no"))
         assert running.registered == [True]
+        assert [(e["event"], e["error"]) for e in logs] == [("kubelet refused the plugin registration", "no")]
     finally:
         channel.close()
 
