@@ -233,7 +233,8 @@ def get_opaque_device_configs(
     by_source: dict[str, list[AllocationConfig]] = {SOURCE_CLASS: [], SOURCE_CLAIM: []}
     for c in configs:
         if c.source not in by_source:
-            raise PermanentError(f"invalid config source: {clip(c.source)}")
+            found = echo(c.source) if c.source else "none (the field is empty or null)"
+            raise PermanentError(f"invalid config source: {found}; allowed: {SOURCE_CLASS} or {SOURCE_CLAIM}")
         by_source[c.source].append(c)
     out: list[OpaqueConfig] = []
     for source in (SOURCE_CLASS, SOURCE_CLAIM):
@@ -268,12 +269,13 @@ def get_config_results_map(
     configs: list[OpaqueConfig],
     driver: str = DRIVER_NAME,
     published: Mapping[str, str] = PUBLISHED_DEVICES,
+    pool: str | None = None,
 ) -> list[tuple[OpaqueConfig, list[AllocationResult]]]:
     """Each of this driver's results under the config that applies to it, grouped per config.
 
     Defaults (lowest precedence: daemon, then channel) come first; scanning from the highest precedence, an
     explicit request match wins (a config of the wrong type for the device is an error), else the first
-    catch-all config of the device's type.
+    catch-all config of the device's type. `pool`: the pool this node publishes (None: not checked).
     """
     candidates = [
         OpaqueConfig((), DaemonConfig(), default=True),
@@ -281,7 +283,7 @@ def get_config_results_map(
         *configs,
     ]
     groups: dict[int, list[AllocationResult]] = {}
-    for result in claim.own_results(driver):
+    for result in check_own_results(claim, driver, pool):
         typed = device_type(result.device, published)
         if typed is None:
             raise PermanentError(
@@ -305,6 +307,31 @@ def get_config_results_map(
         assert chosen is not None  # the defaults cover both kinds
         groups.setdefault(chosen, []).append(result)
     return [(candidates[i], groups[i]) for i in sorted(groups)]
+
+
+def check_own_results(
+    claim: AllocatedClaim, driver: str = DRIVER_NAME, pool: str | None = None
+) -> list[AllocationResult]:
+    """The claim's results of `driver`, refused when there are none (the scheduler gave this driver nothing
+    to prepare: preparing it would record a claim with no device as prepared) or when one names a pool
+    other than `pool`, the one this node publishes (the scheduler allocates only what we published)."""
+    own = claim.own_results(driver)
+    what = claim_object_name(claim.ref.namespace, claim.ref.name)
+    if not own:
+        others = sorted({r.driver for r in claim.results})
+        belongs = (
+            f"its results belong to {', '.join(echo(d, 80) for d in others[:3])}"
+            + (f" and {len(others) - 3} more drivers" if len(others) > 3 else "")
+            if others else "it has no allocation results"
+        )  # fmt: skip
+        raise PermanentError(f"{what} has no device of driver {driver} to prepare: {belongs}")
+    for i, result in enumerate(claim.results):
+        if result.driver == driver and pool is not None and result.pool != pool:
+            raise PermanentError(
+                f"{what}: status.allocation.devices.results[{i}] is allocated from pool {echo(result.pool)}, "
+                f"which this node does not publish (its pool is {pool!r})"
+            )
+    return own
 
 
 def requested_non_admin_devices(claim: AllocatedClaim, driver: str = DRIVER_NAME) -> list[str]:

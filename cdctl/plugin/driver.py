@@ -7,7 +7,8 @@ daemon retries as soon as a watch says Ready. Every attempt, and so every API re
 call's deadline: a slow API server cannot hold a claim past it. A claim still failing (or waiting) at the
 deadline gets an error entry naming its last error (the Go plugin leaves it out of the response). Permanent
 errors end a claim's work at once. A claim reference that is not a UUID and two DNS names is refused before
-any request is made, and every error entry is cut to ERROR_LIMIT characters.
+any request is made, as is a claim named twice in one call or already in another call of the same kind;
+every error entry is cut to ERROR_LIMIT characters.
 Prepare needs the ResourceClaim itself (the kubelet sends only refs): a watched copy serves when
 `usable_cached_claim` says it is unambiguous, else it is read fresh (a GET).
 """
@@ -15,8 +16,9 @@ Prepare needs the ResourceClaim itself (the kubelet sends only refs): a watched 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -118,6 +120,7 @@ class Driver:
         self.cluster = cluster
         self.policy = policy or RetryPolicy()
         self.metrics = metrics
+        self._calls: dict[str, set[str]] = {"preparing": set(), "unpreparing": set()}  # claim UIDs in calls
 
     async def _measured(self, operation: str, work: Awaitable[T], failed: Callable[[T], bool]) -> T:
         m = self.metrics
@@ -207,6 +210,11 @@ class Driver:
         return PrepareOutcome(error=got) if isinstance(got, str) else PrepareOutcome(devices=got)
 
     async def _unprepare_one(self, ref: ClaimRef) -> str:
+        try:
+            check_claim_ref(ref)
+        except CdctlError as exc:
+            return _entry("unpreparing", ref, str(exc))
+
         async def attempt() -> bool:
             return await self.state.unprepare(ref)
 
@@ -217,9 +225,53 @@ class Driver:
 
     async def prepare_resources(self, claims: list[ClaimRef]) -> dict[str, PrepareOutcome]:
         """An outcome for every claim UID of the request (an empty request gives an empty answer)."""
-        outcomes = await asyncio.gather(*(self._prepare_one(ref) for ref in claims))
-        return {ref.uid: out for ref, out in zip(claims, outcomes, strict=True)}
+        refused = self._refused("preparing", claims)
+        todo = [ref for ref in claims if ref.uid not in refused]
+        with self._in_call("preparing", todo):
+            outcomes = await asyncio.gather(*(self._prepare_one(ref) for ref in todo))
+        out = {uid: PrepareOutcome(error=err) for uid, err in refused.items()}
+        out.update({ref.uid: o for ref, o in zip(todo, outcomes, strict=True)})
+        return out
 
     async def unprepare_resources(self, claims: list[ClaimRef]) -> dict[str, str]:
-        errors = await asyncio.gather(*(self._unprepare_one(ref) for ref in claims))
-        return {ref.uid: err for ref, err in zip(claims, errors, strict=True)}
+        refused = self._refused("unpreparing", claims)
+        todo = [ref for ref in claims if ref.uid not in refused]
+        with self._in_call("unpreparing", todo):
+            errors = await asyncio.gather(*(self._unprepare_one(ref) for ref in todo))
+        return {**refused, **{ref.uid: err for ref, err in zip(todo, errors, strict=True)}}
+
+    def _refused(self, what: str, claims: list[ClaimRef]) -> dict[str, str]:
+        """Error entries, by claim UID, for what no call may ask: a claim named twice in one call (the
+        answer has one entry per UID), and a claim another call of the same kind is working on (the kubelet
+        sends one call per claim at a time; a second at once is answered here and retried by the kubelet).
+        An Unprepare during a Prepare of the same claim is not refused: it ends the claim and fences that
+        Prepare (cdctl.plugin.prepare)."""
+        seen = collections.Counter(ref.uid for ref in claims)
+        out: dict[str, str] = {}
+        for ref in claims:
+            if ref.uid in out:
+                continue  # named again: the entry says so already
+            if seen[ref.uid] > 1:
+                out[ref.uid] = _entry(
+                    what, ref, f"the claim's UID appears {seen[ref.uid]} times in this call; "
+                    "a call names each claim once",
+                )  # fmt: skip
+            elif ref.uid in self._calls[what]:
+                out[ref.uid] = _entry(
+                    what, ref, f"another call is already {what} this claim; refusing a second at once "
+                    "(the kubelet will retry)",
+                )  # fmt: skip
+        if out:
+            log.warning(
+                f"refused claims of a call {what} devices", claims=len(out), first=next(iter(out.values()))
+            )
+        return out
+
+    @contextlib.contextmanager
+    def _in_call(self, what: str, claims: list[ClaimRef]) -> Iterator[None]:
+        uids = {ref.uid for ref in claims}
+        self._calls[what] |= uids
+        try:
+            yield
+        finally:
+            self._calls[what] -= uids

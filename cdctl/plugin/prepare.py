@@ -174,7 +174,7 @@ class DeviceState:
         obj = claim_object_name(claim.ref.namespace, claim.ref.name)
         configs = get_opaque_device_configs(claim.configs, strict=True, obj=obj)
         out = _Prepared()
-        for opaque, results in get_config_results_map(claim, configs, published=s.published):
+        for opaque, results in get_config_results_map(claim, configs, published=s.published, pool=s.node):
             if s.host_managed:
                 check_host_managed_config(opaque.config, s.channel_isolation)
             opaque.config.validate("default config" if opaque.default else obj)

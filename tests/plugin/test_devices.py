@@ -34,7 +34,9 @@ def test_returns_matching_driver_configs_in_class_then_claim_order() -> None:
 
 
 def test_rejects_invalid_source() -> None:
-    with pytest.raises(PermanentError, match="invalid config source: FromNowhere"):
+    with pytest.raises(
+        PermanentError, match="invalid config source: 'FromNowhere'; allowed: FromClass or FromClaim"
+    ):
         d.get_opaque_device_configs(configs(opaque(CH, "x", source="FromNowhere")))
 
 

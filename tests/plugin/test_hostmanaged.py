@@ -157,7 +157,7 @@ def _bad_config(_: Node) -> dict[str, Any]:
 def _two_results(_: Node) -> dict[str, Any]:
     return claim_obj(
         "c1",
-        results=[result("channel", "channel-0"), result("channel", "channel-0", pool="node-b")],
+        results=[result("channel", "channel-0"), result("channel", "channel-0")],
         configs=[opaque("ComputeDomainChannelConfig", DOM1, ["channel"])],
     )
 

@@ -190,7 +190,7 @@ async def test_daemon_prepare_writes_dir_template_env_mount_and_mgmt_node(node: 
 
 async def test_daemon_claim_with_two_devices_is_rejected(node: Node) -> None:
     obj = claim_obj(
-        "d1", results=[result("daemon", "daemon-0"), result("daemon", "daemon-0", pool="x")],
+        "d1", results=[result("daemon", "daemon-0"), result("daemon", "daemon-0")],
         configs=[opaque("ComputeDomainDaemonConfig", DOM1, ["daemon"])],
     )  # fmt: skip
     with pytest.raises(PermanentError, match="only expected 1 device"):
