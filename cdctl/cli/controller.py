@@ -31,7 +31,7 @@ from cdctl.api.isolation import ImexIsolation
 from cdctl.cli.isolation import isolation_options
 from cdctl.cli.logs import DEFAULT_VERBOSITY, configure_logging
 from cdctl.cli.otlp import otlp_option
-from cdctl.cli.retention import policy, retention_options
+from cdctl.cli.retention import interval, policy, retention_options
 from cdctl.controller.app import run_controller
 from cdctl.controller.leader import LeadershipLost, check_durations
 from cdctl.controller.settings import ControllerSettings, LeaderElectionSettings
@@ -358,6 +358,7 @@ def build_settings(options: dict[str, object]) -> ControllerSettings:
         db_path=str(options["db"] or ""),
         log_key_file=str(options["log_key_file"] or ""),
         retention=policy(str(options["retention_age"]), str(options["retention_size"])),
+        retention_interval_s=interval(str(options["retention_interval"])),
         otlp_endpoint=str(options.get("otlp_endpoint") or ""),
         workers=int(str(options["workers"])),
         cleanup_interval_s=float(str(options["cleanup_interval"])),

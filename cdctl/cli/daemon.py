@@ -5,7 +5,8 @@ names are kept (CLIQUE_ID, COMPUTE_DOMAIN_UUID/NAME/NAMESPACE from the plugin's 
 POD_UID, POD_NAME, POD_NAMESPACE, MAX_NODES_PER_IMEX_DOMAIN, FEATURE_GATES, LOG_VERBOSITY, LOG_FORMAT from the
 pod spec); the paths the tests and the simulated cluster move have twins
 too (IMEXD_DIR, HOSTS_FILE, CDCTL_DB), the event log's key CDCTL_LOG_KEY_FILE, and its retention
-(CDCTL_RETENTION_AGE, CDCTL_RETENTION_SIZE: the controller passes its own when not the default).
+(CDCTL_RETENTION_AGE, CDCTL_RETENTION_SIZE, CDCTL_RETENTION_INTERVAL: the controller passes its own when not
+the default).
 `check` runs on every probe, every few seconds on every node: this module imports only click and the
 stdlib-only cdctl.daemon.check at the top; `run` imports the daemon when it is called. Exit codes: 0 on a
 clean stop or a passing check, 1 not ready or a fatal error, 2 bad input, 3 event-log trouble; always one
@@ -123,6 +124,10 @@ def check_command(
     "--retention-size", envvar="CDCTL_RETENTION_SIZE", default="1GiB", show_default=True,
     help="The event log is compacted, oldest first, to stay under this (e.g. 512MiB, 1GiB; 0: no bound).",
 )  # fmt: skip
+@_option(
+    "--retention-interval", envvar="CDCTL_RETENTION_INTERVAL", default="1h", show_default=True,
+    help="How often the log is checked against the age and size bounds (s, m, h; at least 1s).",
+)  # fmt: skip
 @_option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file; in-cluster when absent.")
 @_option("--imex-binary", envvar="IMEX_BINARY", default="nvidia-imex", show_default=True)
 @ctl_option
@@ -169,7 +174,7 @@ def _run_daemon(options: dict[str, Any]) -> None:
 
     from cdctl.api.gates import parse_feature_gates
     from cdctl.cli.logs import configure_logging
-    from cdctl.cli.retention import policy
+    from cdctl.cli.retention import interval, policy
     from cdctl.daemon.app import DaemonApp
     from cdctl.daemon.settings import DaemonSettings
     from cdctl.domain.imex import DEFAULT_UNUSED_ADDRESS
@@ -192,6 +197,8 @@ def _run_daemon(options: dict[str, Any]) -> None:
         db_path=options["db"],
         log_key_file=options["log_key_file"],
         retention=policy(options["retention_age"], options["retention_size"]),
+        retention_interval_s=interval(options["retention_interval"]),
+        retention_first_delay_s=min(60.0, interval(options["retention_interval"])),
         kubeconfig=options["kubeconfig"],
         imex_binary=options["imex_binary"],
         ctl_binary=options["imex_ctl_binary"],

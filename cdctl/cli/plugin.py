@@ -26,13 +26,14 @@ from cdctl.cli.errors import fail, guarded
 from cdctl.cli.isolation import checked, isolation_options
 from cdctl.cli.logs import DEFAULT_VERBOSITY, configure_logging
 from cdctl.cli.otlp import otlp_option
-from cdctl.cli.retention import policy, retention_options
+from cdctl.cli.retention import interval, policy, retention_options
 from cdctl.domain.errors import CdctlError
 from cdctl.k8s.tokens import parse_service_account
 from cdctl.plugin.app import PluginProcess
 from cdctl.plugin.channels import ChannelCapacity, parse_channel_capacity, slot_count
 from cdctl.plugin.nvml import fake_from_spec
 from cdctl.plugin.pluginconfig import PluginConfig
+from cdctl.projections.retention import FIRST_DELAY_S
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:
@@ -281,6 +282,7 @@ def kubelet_plugin(
     log_key_file: Path | None,
     retention_age: str,
     retention_size: str,
+    retention_interval: str,
     otlp_endpoint: str,
     kubeconfig: str | None,
     kube_api_qps: float,
@@ -316,6 +318,8 @@ def kubelet_plugin(
         db=db,
         log_key_file=log_key_file,
         retention=policy(retention_age, retention_size),
+        retention_interval_s=interval(retention_interval),
+        retention_first_delay_s=min(FIRST_DELAY_S, interval(retention_interval)),
         otlp_endpoint=otlp_endpoint,
         kubeconfig=kubeconfig,
         kube_api_qps=kube_api_qps,

@@ -31,7 +31,7 @@ from cdctl.k8s.discovery import discover_resource_version
 from cdctl.k8s.rest import KubeApi
 from cdctl.k8s.tokens import TokenReviewer
 from cdctl.projections.lifecycle import DomainHistory
-from cdctl.projections.retention import Retention
+from cdctl.projections.retention import FIRST_DELAY_S, Retention
 from cdctl.store import otlp
 from cdctl.store.base import EventStore
 from cdctl.store.export import LogRef
@@ -92,6 +92,7 @@ async def run_controller(
             loop = Retention(
                 own_store, settings.retention, [DomainHistory(), DomainProjection(), ChannelProjection()],
                 actor=Actor("controller", pod=settings.pod_name), interval_s=settings.retention_interval_s,
+                first_delay_s=min(FIRST_DELAY_S, settings.retention_interval_s),
             )  # fmt: skip
             retention = asyncio.create_task(loop.run(), name="retention")
             if settings.otlp_endpoint:

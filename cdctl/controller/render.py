@@ -28,7 +28,7 @@ from cdctl.domain.computedomains import (
     daemon_claim_template_name,
     daemon_set_name,
 )
-from cdctl.domain.retention import RetentionPolicy, format_age, format_size
+from cdctl.domain.retention import DEFAULT_INTERVAL_S, RetentionPolicy, format_age, format_size
 from cdctl.k8s.discovery import convert_claim_template
 
 JsonObject = dict[str, Any]
@@ -148,6 +148,8 @@ def _retention_env(settings: ControllerSettings) -> list[JsonObject]:
         env.append({"name": "CDCTL_RETENTION_AGE", "value": format_age(policy.age_s)})
     if policy.size_bytes != default.size_bytes:
         env.append({"name": "CDCTL_RETENTION_SIZE", "value": format_size(policy.size_bytes)})
+    if settings.retention_interval_s != DEFAULT_INTERVAL_S:
+        env.append({"name": "CDCTL_RETENTION_INTERVAL", "value": format_age(settings.retention_interval_s)})
     return env
 
 

@@ -1,13 +1,13 @@
 """Retention of event logs: the policy, how a horizon is chosen, and the events that record compaction. Pure.
 
 Every component bounds its log by age and by size (`--retention-age`, default 30 days; `--retention-size`,
-default 1 GiB; 0 turns a bound off). A compaction removes a prefix of the log, positions up to a horizon,
-and records itself as events in stream `log/compaction`: `LogCompactionStarted` (what is removed, why, the
-hash the first kept event links to, the digest of the snapshot kept) before anything is removed, and
-`LogCompacted` (what was removed, the space reclaimed, how long it took) after. The kubelet plugin prunes its
-kept IMEX daemon logs (`imex-history/`) by the same policy and records each removal as `ImexHistoryPruned`
-in stream `log/imex-history`. Used by cdctl.store.compaction, cdctl.projections.compaction and the
-components' command lines.
+default 1 GiB; 0 turns a bound off), checked every `--retention-interval` (default 1 h). A compaction
+removes a prefix of the log, positions up to a horizon, and records itself as events in stream
+`log/compaction`: `LogCompactionStarted` (what is removed, why, the hash the first kept event links to, the
+digest of the snapshot kept) before anything is removed, and `LogCompacted` (what was removed, the space
+reclaimed, how long it took) after. The kubelet plugin prunes its kept IMEX daemon logs (`imex-history/`)
+by the same policy and records each removal as `ImexHistoryPruned` in stream `log/imex-history`. Used by
+cdctl.store.compaction, cdctl.projections.compaction and the components' command lines.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ DEFAULT_AGE = "30d"
 DEFAULT_SIZE = "1GiB"
 MIN_AGE_S = 60.0
 MIN_SIZE_BYTES = 1 << 20
+DEFAULT_INTERVAL_S = 3600.0
+DEFAULT_INTERVAL = "1h"
+MIN_INTERVAL_S = 1.0
 # Under the size bound, compaction removes enough to come back to this fraction of it, so that a log at its
 # bound is not compacted again for every few events appended.
 SIZE_TARGET = 0.9
@@ -70,6 +73,21 @@ def parse_age(text: str, option: str = "--retention-age") -> float:
     seconds = float(match.group(1)) * _AGE_UNITS[match.group(2) or "s"]
     if seconds and seconds < MIN_AGE_S:
         raise InvalidInput("command line", option, f"{text!r} is shorter than a minute (0 turns it off)")
+    return seconds
+
+
+def parse_interval(text: str, option: str = "--retention-interval") -> float:
+    """How often a component checks its log against its policy: a number with a unit (s, m, h, d, w;
+    seconds without one), at least a second. Small values are for tests and soak runs: each round reads
+    the log's size and, when a bound is crossed, compacts."""
+    match = _AGE.match(str(text).strip())
+    if not match:
+        raise InvalidInput(
+            "command line", option, f"{text!r} is not an interval (a number and s, m, h, d or w: 1h, 30s)"
+        )
+    seconds = float(match.group(1)) * _AGE_UNITS[match.group(2) or "s"]
+    if seconds < MIN_INTERVAL_S:
+        raise InvalidInput("command line", option, f"{text!r} is shorter than a second")
     return seconds
 
 

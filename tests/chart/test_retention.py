@@ -1,6 +1,6 @@
-"""The logs' retention in the chart: `eventLog.retention.age` and `.size` reach the controller and the kubelet
-plugin as CDCTL_RETENTION_AGE / CDCTL_RETENTION_SIZE (the controller hands them on to the IMEX daemons), and
-the schema refuses what the components would refuse to parse."""
+"""The logs' retention in the chart: `eventLog.retention.age`, `.size` and `.interval` reach the controller
+and the kubelet plugin as CDCTL_RETENTION_AGE / _SIZE / _INTERVAL (the controller hands them on to the IMEX
+daemons), and the schema refuses what the components would refuse to parse."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ import yaml
 from helm_python import chart as hc
 from helm_python.errors import HelmValuesError
 
-from cdctl.domain.retention import DEFAULT_AGE, DEFAULT_SIZE, parse_age, parse_size
+from cdctl.domain.retention import (
+    DEFAULT_AGE,
+    DEFAULT_INTERVAL,
+    DEFAULT_SIZE,
+    parse_age,
+    parse_interval,
+    parse_size,
+)
 from cdctl.sim.rack import chart as sim_chart
 from tests.chart.conftest import CHART_DIR, render_objects
 
@@ -29,18 +36,29 @@ def _retention_env(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
 
 def test_both_components_keep_their_logs_under_the_default_bounds(helm_chart: hc.Chart) -> None:
     defaults = yaml.safe_load((CHART_DIR / "values.yaml").read_text())["eventLog"]["retention"]
-    assert (defaults["age"], defaults["size"]) == (DEFAULT_AGE, DEFAULT_SIZE)
-    expected = {"CDCTL_RETENTION_AGE": DEFAULT_AGE, "CDCTL_RETENTION_SIZE": DEFAULT_SIZE}
+    assert (defaults["age"], defaults["size"], defaults["interval"]) == (
+        DEFAULT_AGE,
+        DEFAULT_SIZE,
+        DEFAULT_INTERVAL,
+    )
+    expected = {
+        "CDCTL_RETENTION_AGE": DEFAULT_AGE,
+        "CDCTL_RETENTION_SIZE": DEFAULT_SIZE,
+        "CDCTL_RETENTION_INTERVAL": DEFAULT_INTERVAL,
+    }
     assert _retention_env(render_objects(helm_chart)) == {"StatefulSet": expected, "DaemonSet": expected}
 
 
 def test_set_bounds_reach_both_components_as_the_components_read_them(helm_chart: hc.Chart) -> None:
-    values = {"eventLog": {"retention": {"age": "7d", "size": 0}}}
+    values = {"eventLog": {"retention": {"age": "7d", "size": 0, "interval": "30s"}}}
     env = _retention_env(render_objects(helm_chart, values))
     assert (
-        env["StatefulSet"] == env["DaemonSet"] == {"CDCTL_RETENTION_AGE": "7d", "CDCTL_RETENTION_SIZE": "0"}
+        env["StatefulSet"]
+        == env["DaemonSet"]
+        == {"CDCTL_RETENTION_AGE": "7d", "CDCTL_RETENTION_SIZE": "0", "CDCTL_RETENTION_INTERVAL": "30s"}
     )
     assert (parse_age(env["DaemonSet"]["CDCTL_RETENTION_AGE"]), parse_size("0")) == (7 * 86400, 0)
+    assert parse_interval(env["DaemonSet"]["CDCTL_RETENTION_INTERVAL"]) == 30
 
 
 @pytest.mark.parametrize(
@@ -51,6 +69,8 @@ def test_set_bounds_reach_both_components_as_the_components_read_them(helm_chart
         ({"size": "1PB"}, "/eventLog/retention/size"),
         ({"size": "-1GiB"}, "/eventLog/retention/size"),
         ({"keep": "forever"}, "/eventLog/retention"),
+        ({"interval": "0s"}, "/eventLog/retention/interval"),
+        ({"interval": "often"}, "/eventLog/retention/interval"),
     ],
 )
 def test_the_schema_refuses_bounds_the_components_cannot_read(

@@ -16,7 +16,7 @@ from cdctl.cli import controller as controller_cli
 from cdctl.cli.main import cli
 from cdctl.controller.render import daemon_set
 from cdctl.controller.settings import ControllerSettings
-from cdctl.domain.retention import DEFAULT_AGE, DEFAULT_SIZE, RetentionPolicy
+from cdctl.domain.retention import DEFAULT_AGE, DEFAULT_INTERVAL, DEFAULT_SIZE, RetentionPolicy
 from cdctl.store import SqliteEventStore
 from tests.store.compacting import compact_through, plugin_log
 
@@ -31,14 +31,18 @@ def command(*path: str) -> click.Command:
 
 
 @pytest.mark.parametrize("path", [("controller",), ("kubelet-plugin",), ("daemon", "run")])
-def test_every_component_takes_both_bounds_with_their_environment_twins(path: tuple[str, ...]) -> None:
+def test_every_component_takes_both_bounds_and_the_interval_with_their_environment_twins(
+    path: tuple[str, ...],
+) -> None:
     options = {opt: param for param in command(*path).params for opt in param.opts}
     assert options["--retention-age"].envvar == "CDCTL_RETENTION_AGE"
     assert options["--retention-size"].envvar == "CDCTL_RETENTION_SIZE"
-    assert (options["--retention-age"].default, options["--retention-size"].default) == (
-        DEFAULT_AGE,
-        DEFAULT_SIZE,
-    )
+    assert options["--retention-interval"].envvar == "CDCTL_RETENTION_INTERVAL"
+    assert (
+        options["--retention-age"].default,
+        options["--retention-size"].default,
+        options["--retention-interval"].default,
+    ) == (DEFAULT_AGE, DEFAULT_SIZE, DEFAULT_INTERVAL)
 
 
 @pytest.mark.parametrize(
@@ -48,6 +52,8 @@ def test_every_component_takes_both_bounds_with_their_environment_twins(path: tu
         (["kubelet-plugin", "--node-name", "n1", "--retention-size", "big"], "--retention-size"),
         (["daemon", "run", "--retention-age", "5s"], "--retention-age"),
         (["daemon", "run", "--retention-size", "12KiB"], "--retention-size"),
+        (["kubelet-plugin", "--node-name", "n1", "--retention-interval", "0"], "--retention-interval"),
+        (["daemon", "run", "--retention-interval", "often"], "--retention-interval"),
     ],
 )
 def test_a_bad_bound_is_one_line_naming_the_flag(args: list[str], flag: str) -> None:
@@ -66,10 +72,14 @@ def test_the_controller_reads_its_bounds_from_the_environment(monkeypatch: pytes
     monkeypatch.setattr(controller_cli, "serve", fake_serve)
     base = {"POD_NAME": "p", "IMAGE_NAME": "img", "LOG_VERBOSITY_CD_DAEMON": "4"}
     result = CliRunner().invoke(
-        controller_cli.controller, [], env=base | {"CDCTL_RETENTION_AGE": "12h", "CDCTL_RETENTION_SIZE": "0"}
+        controller_cli.controller,
+        [],
+        env=base
+        | {"CDCTL_RETENTION_AGE": "12h", "CDCTL_RETENTION_SIZE": "0", "CDCTL_RETENTION_INTERVAL": "30s"},
     )
     assert result.exit_code == 0, result.output
     assert seen[0].retention == RetentionPolicy(age_s=43200, size_bytes=0)
+    assert seen[0].retention_interval_s == 30
     bad = CliRunner().invoke(controller_cli.controller, [], env=base | {"CDCTL_RETENTION_SIZE": "lots"})
     assert bad.exit_code == 2 and "--retention-size" in bad.output
 
@@ -88,8 +98,13 @@ def test_the_daemons_get_the_controllers_policy_only_when_it_is_not_the_default(
         image_name="img",
         log_verbosity_cd_daemon=4,
         retention=RetentionPolicy(7 * 86400, 256 << 20),
+        retention_interval_s=90,
     )
-    assert env(custom) == {"CDCTL_RETENTION_AGE": "1w", "CDCTL_RETENTION_SIZE": "256MiB"}
+    assert env(custom) == {
+        "CDCTL_RETENTION_AGE": "1w",
+        "CDCTL_RETENTION_SIZE": "256MiB",
+        "CDCTL_RETENTION_INTERVAL": "90s",
+    }
 
 
 @pytest.fixture(scope="module")

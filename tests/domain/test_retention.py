@@ -12,6 +12,7 @@ from cdctl.domain.retention import (
     format_age,
     format_size,
     parse_age,
+    parse_interval,
     parse_size,
 )
 
@@ -50,6 +51,20 @@ def test_a_bad_age_names_the_flag(text: str) -> None:
 def test_a_bad_size_names_the_flag(text: str) -> None:
     with pytest.raises(InvalidInput, match=r"--retention-size: .* is not a size"):
         parse_size(text)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("1h", 3600.0), ("30s", 30.0), ("2", 2.0), ("1.5m", 90.0)])
+def test_intervals_take_a_unit(text: str, seconds: float) -> None:
+    assert parse_interval(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [("0", "shorter than a second"), ("0.5s", "shorter than a second"), ("often", "is not an interval")],
+)
+def test_an_interval_under_a_second_or_unreadable_names_the_flag(text: str, complaint: str) -> None:
+    with pytest.raises(InvalidInput, match=f"--retention-interval: .*{complaint}"):
+        parse_interval(text)
 
 
 def test_bounds_too_small_to_hold_anything_are_refused_but_zero_turns_them_off() -> None:

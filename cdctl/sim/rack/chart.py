@@ -471,6 +471,7 @@ def shared_daemon_objects(
             ("LOG_FORMAT", merged["logFormat"]),
             ("CDCTL_RETENTION_AGE", merged["eventLog"]["retention"]["age"]),
             ("CDCTL_RETENTION_SIZE", merged["eventLog"]["retention"]["size"]),
+            ("CDCTL_RETENTION_INTERVAL", merged["eventLog"]["retention"]["interval"]),
             ("NVIDIA_VISIBLE_DEVICES", "void"),
         )
     ]
