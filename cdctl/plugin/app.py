@@ -139,6 +139,7 @@ class PluginProcess:
         self.cluster: plugincluster.KubeClusterPort | None = None
         self.servers: PluginServers | None = None
         self.state: DeviceState | None = None
+        self.driver: Driver | None = None
         self.runner: ProjectionRunner | None = None
         self.retention: Retention | None = None
         self.metrics = PluginMetrics(cfg.node_name)
@@ -286,10 +287,10 @@ class PluginProcess:
         if cfg.http_endpoint:
             self.http = MetricsEndpoint(cfg.http_endpoint, cfg.metrics_path, self.metrics, self._log_server())
             await self.http.start()
+        self.driver = Driver(self.state, self.cluster, metrics=self.metrics)
         self.servers = PluginServers(
-            ServerPaths(cfg.registrar_dir, cfg.plugin_dir),
-            Driver(self.state, self.cluster, metrics=self.metrics),
-            self.republish.set, cfg.healthcheck_port, self.board,
+            ServerPaths(cfg.registrar_dir, cfg.plugin_dir), self.driver, self.republish.set,
+            cfg.healthcheck_port, self.board,
         )  # fmt: skip
         self.cliques = CliqueRefresher(
             lib=lib, strict=strict, fabric=self.fabric, republish=self._republish_new_pool,
@@ -311,7 +312,7 @@ class PluginProcess:
         self.retention = Retention(
             self.store, cfg.retention, [*lifecycle_projections(), ClaimBookProjection(cfg.node_name)],
             actor=actor, interval_s=cfg.retention_interval_s, first_delay_s=cfg.retention_first_delay_s,
-            after_round=lambda: self._prune_imex_history(actor),
+            after_round=lambda: self._after_retention_round(actor),
         )  # fmt: skip
         self._tasks.append(asyncio.create_task(self.retention.run(), name="retention"))
         self._tasks.append(asyncio.create_task(self._fabric_loop(lib, strict), name="fabric-loop"))
@@ -456,9 +457,17 @@ class PluginProcess:
         assert self.runner is not None
         await self.runner.run(batch_pause=self.cfg.projection_batch_s)
 
-    async def _prune_imex_history(self, actor: Actor) -> None:
-        assert self.store is not None
+    async def _after_retention_round(self, actor: Actor) -> None:
+        """Prune the kept IMEX daemon logs; and once a compaction cut the log, drop the claims it removed
+        from the claim book in memory, as a restart would (the claims of calls in flight stay)."""
+        assert self.store is not None and self.retention is not None
         await imexhistory.prune(self.cfg.plugin_dir, self.cfg.retention, self.store, actor)
+        report = self.retention.last_report
+        if report is not None and self.state is not None and self.driver is not None:
+            dropped = self.state.book.forget_ended(report.horizon, busy=self.driver.busy())
+            if dropped:
+                log.info("claims that ended before the log's horizon dropped from memory", claims=dropped,
+                         horizon=report.horizon)  # fmt: skip
 
     async def _sweep_loop(self) -> None:
         assert self.state is not None

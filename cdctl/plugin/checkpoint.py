@@ -9,8 +9,9 @@ checkpoint invalidation, issue 951).
 
 The book is also a projection (`ClaimBookProjection`, snapshot-only) so that compaction keeps it: at the
 horizon it keeps every claim still active and the plugin stream's version and boot id, and `load` starts
-from that snapshot. A claim that ended before the horizon is gone from the book after a restart; its stream's
-version is kept by the store (stream_versions), and a first append for it asks the store for that version.
+from that snapshot. A claim that ended before the horizon is gone from the book after a restart, and from
+the running plugin's book after the compaction (`forget_ended`); its stream's version is kept by the store
+(stream_versions), and a first append for it asks the store for that version.
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ class ClaimBook:
         self.node = node
         self.actor = actor
         self._records: dict[str, c.ClaimRecord] = {}
+        self._last_position: dict[
+            str, int
+        ] = {}  # by claim uid: where its stream's latest event is in the log
         self._boot_id = ""
         self._plugin_version = 0
         self.compacted = False  # loaded from a compaction's snapshot: claims that ended before it are gone
@@ -144,6 +148,7 @@ class ClaimBook:
                     uid = rec.stream[len(c.CLAIM_STREAM_PREFIX) :]
                     current = book._records.get(uid) or c.ClaimRecord(uid)
                     book._records[uid] = c.fold(current, decode(rec), rec.version)
+                    book._last_position[uid] = rec.position
                 elif rec.stream == plugin_stream:
                     ev = decode(rec)
                     book._plugin_version = rec.version
@@ -193,8 +198,26 @@ class ClaimBook:
         rec = current
         for ev, stored in zip(events, recorded, strict=True):
             rec = c.fold(rec, ev, stored.version)
+            self._last_position[uid] = stored.position
         self._records[uid] = rec
         return rec
+
+    def forget_ended(self, horizon: int, busy: Iterable[str] = ()) -> int:
+        """Drop the claims that ended with their whole stream at or before `horizon` (a compaction removed
+        it), except those in `busy` (in a kubelet call: a Prepare in flight reads the record as its fence).
+        The book is then what a restart would load from the compaction's snapshot: without this, a plugin
+        that runs for months keeps every claim it ever saw in memory. How many were dropped."""
+        keep = set(busy)
+        gone = [
+            uid
+            for uid, rec in self._records.items()
+            if not rec.active and uid not in keep and self._last_position.get(uid, 0) <= horizon
+        ]
+        for uid in gone:
+            del self._records[uid]
+            self._last_position.pop(uid, None)
+        self.compacted = True  # a claim named again asks the store for its stream's version
+        return len(gone)
 
     async def observe_boot(self, boot_id: str, clique_id: str = "") -> list[c.ClaimRecord]:
         """Record this start's boot id; if it differs from the last one, invalidate every active claim.

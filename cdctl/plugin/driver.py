@@ -240,6 +240,10 @@ class Driver:
             errors = await asyncio.gather(*(self._unprepare_one(ref) for ref in todo))
         return {**refused, **{ref.uid: err for ref, err in zip(todo, errors, strict=True)}}
 
+    def busy(self) -> set[str]:
+        """The claim UIDs of the calls in progress."""
+        return self._calls["preparing"] | self._calls["unpreparing"]
+
     def _refused(self, what: str, claims: list[ClaimRef]) -> dict[str, str]:
         """Error entries, by claim UID, for what no call may ask: a claim named twice in one call (the
         answer has one entry per UID), and a claim another call of the same kind is working on (the kubelet

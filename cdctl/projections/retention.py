@@ -46,6 +46,7 @@ class Retention:
         self.first_delay_s = first_delay_s
         self.after_round = after_round
         self.rounds = 0
+        self.last_report: CompactionReport | None = None  # the latest compaction done (after_round reads it)
 
     async def run(self) -> None:
         """Compact every `interval_s` until cancelled."""
@@ -67,6 +68,7 @@ class Retention:
                 log.warning("event log compaction failed; retrying next round", path=str(self.store.path),
                             error=exc.message)  # fmt: skip
             if report is not None:
+                self.last_report = report
                 log.info("event log compacted", path=str(self.store.path), policy=self.policy.describe(),
                          **report.summary())  # fmt: skip
         if self.after_round is not None:

@@ -199,3 +199,64 @@ async def test_the_running_plugin_compacts_its_log_and_prunes_imex_history(
         await verify_chain(store, report)
         await verify_projections(store, lifecycle_projections(), SqliteSink(store), report)
     assert report.ok and report.horizon is not None, report.problems
+
+
+async def test_a_compaction_drops_the_claims_it_removed_from_the_running_book_but_not_a_busy_one(
+    tmp_path: Path,
+) -> None:
+    """Without this a plugin that runs for months keeps every claim it ever saw in memory (bench/soak.py)."""
+    settings = node_settings(tmp_path)
+    cluster = FakeCluster()
+    cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
+    cluster.ready.add((DOM1, "node-a"))
+    fabric = FabricStatus(clique_id=CLIQUE)
+    async with await SqliteEventStore.open(tmp_path / "events.db") as store:
+        book = await ClaimBook.load(store, "node-a")
+        state = DeviceState(settings, book, cluster, fabric)
+        for uid in ("c2", "c3"):
+            await state.prepare(parse_claim(channel_claim(uid, DOM1)), 0)
+            await state.unprepare(ClaimRef(uid, "default", "rc"))
+        ended = await store.stream_version(c.claim_stream("c2"))
+        await state.prepare(parse_claim(channel_claim("c1", DOM1)), 0)  # still prepared: kept
+        runner = ProjectionRunner(store, lifecycle_projections())
+        await runner.start()
+        await runner.catch_up()
+        await store.append("s/tick", [NewEvent("Tick", {})])
+        projections = [*lifecycle_projections(), ClaimBookProjection("node-a")]
+        report = await compact_through(store, store.head() - 1, projections)
+        assert report is not None
+        assert book.forget_ended(report.horizon, busy={"c3"}) == 1  # c3 is in a kubelet call: kept
+        assert book.get("c2") is None and book.get("c3") is not None
+        record = book.get("c1")
+        assert record is not None and record.completed
+        assert await state.unprepare(ClaimRef("c1", "default", "rc"))
+        # The kubelet names c2 again: a first prepare here, its stream's versions carried on from the store.
+        assert await state.prepare(parse_claim(channel_claim("c2", DOM1)), book.version("c2")) is not None
+        versions = [e.version for e in await store.read_stream(c.claim_stream("c2"))]
+        assert versions[0] == ended + 1
+
+
+async def test_the_running_plugin_forgets_a_claim_once_compaction_removed_its_end(
+    env: tuple[ApiServer, KubeApi, Path],
+) -> None:
+    _, api, base = env
+    _, claim_uid = await seed_claim(api, f"{U}.7")
+    cfg = dataclasses.replace(
+        config(base), retention=RetentionPolicy(age_s=0, size_bytes=1), retention_first_delay_s=0.0,
+        retention_interval_s=0.1,
+    )  # fmt: skip
+    ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
+    async with serving_plugin(cfg, api) as (process, stub):
+        resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
+        assert resp.claims[claim_uid].error == ""
+        unresp = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))
+        assert unresp.claims[claim_uid].error == ""
+        assert process.state is not None
+        book = process.state.book
+
+        async def forgotten() -> bool:
+            return book.get(claim_uid) is None
+
+        await until(forgotten, "the ended claim dropped from the book")
+        again = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))
+        assert again.claims[claim_uid].error == ""  # a repeated Unprepare of a forgotten claim is still fine
