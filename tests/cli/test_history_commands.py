@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import subprocess
@@ -168,7 +169,6 @@ def test_the_console_script_never_prints_a_traceback(tmp_path: Path) -> None:
 
 
 async def test_follow_prints_events_appended_by_another_process(tmp_path: Path) -> None:
-    import asyncio
 
     from cdctl.domain.events import NewEvent
     from cdctl.store import SqliteEventStore
@@ -188,7 +188,7 @@ async def test_follow_prints_events_appended_by_another_process(tmp_path: Path) 
                 second = json.loads(await follower.stdout.readline())
         finally:
             follower.terminate()
-            await follower.wait()
+            await asyncio.wait_for(follower.wait(), 60)
     assert (first["position"], first["data"]) == (1, {"n": 1})
     assert (second["position"], second["data"]) == (2, {"n": 2})
 

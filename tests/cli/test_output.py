@@ -4,6 +4,7 @@ tables in log order, a locked file exiting 75 without waiting out SQLite's defau
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import sqlite3
@@ -263,7 +264,6 @@ def test_the_completion_the_scripts_ask_for_answers(words: str, cword: str, expe
 
 
 async def test_follow_as_a_table_prints_its_header_once_as_events_arrive(tmp_path: Path) -> None:
-    import asyncio
     import sys
 
     from cdctl.domain.events import NewEvent
@@ -287,7 +287,7 @@ async def test_follow_as_a_table_prints_its_header_once_as_events_arrive(tmp_pat
                 later = [await follower.stdout.readline() for _ in range(2)]
         finally:
             follower.terminate()
-            await follower.wait()
+            await asyncio.wait_for(follower.wait(), 60)
     assert header.decode().split() == ["POSITION", "TIME", "STREAM", "VERSION", "TYPE", "SUMMARY"]
     assert first.decode().split()[0] == "1" and first.decode().rstrip().endswith("on n1 ready=true")
     assert [line.decode().split()[0] for line in later] == ["2", "3"]

@@ -89,7 +89,7 @@ class Cluster:
         if task.done():
             task.result()
         if wait_synced:
-            await started[0].synced.wait()
+            await asyncio.wait_for(started[0].synced.wait(), 30)
         return task, started[0]
 
     @staticmethod

@@ -348,7 +348,7 @@ async def test_a_new_leader_keeps_every_assignment_made_before_it_mid_formation(
         leader_task, leader = await replica("controller-a")
         await eventually(lambda: leader.leading)
         _, standby = await replica("controller-b")
-        await standby.synced.wait()
+        await asyncio.wait_for(standby.synced.wait(), 30)
         gpu_node(cluster, "node-a")
         first = await domain_with_claim(cluster, "first", "node-a")
         await eventually(lambda: channel_of(cluster, first) == 1)

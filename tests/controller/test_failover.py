@@ -105,7 +105,7 @@ async def verify(db: Path, key: Path, *heads: str) -> tuple[int, str]:
         sys.executable, "-m", "cdctl", "verify", "--db", str(db), "--key-file", str(key), *expect,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ},
     )  # fmt: skip
-    out, _ = await process.communicate()
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
     return process.returncode or 0, out.decode()
 
 
@@ -131,7 +131,7 @@ async def test_a_killed_leader_is_replaced_and_both_logs_stay_continuous_and_ver
             assert a.process is not None
             a.process.kill()  # SIGKILL: no release, no last event
             killed_at = time.time()
-            await a.process.wait()
+            await asyncio.wait_for(a.process.wait(), 60)
             uid2 = cluster.create_domain("cd2")["metadata"]["uid"]
             acquired = await b.log_with("LeadershipAcquired")
             await eventually(

@@ -31,7 +31,7 @@ async def test_one_leader_and_a_standby_that_takes_over_when_the_leader_dies(tmp
         first_task, first = await cluster.start_controller(
             wait_synced=False, pod_name="controller-a", leader_election=LEASE
         )
-        await first.synced.wait()
+        await asyncio.wait_for(first.synced.wait(), 30)
         second_task, second = await cluster.start_controller(
             wait_synced=False, pod_name="controller-b", leader_election=LEASE
         )
@@ -43,7 +43,7 @@ async def test_one_leader_and_a_standby_that_takes_over_when_the_leader_dies(tmp
             lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, f"computedomain-daemon-{uid}")
         )
         # A warm standby: it follows the cluster (its view holds the domain) but does not reconcile.
-        await second.synced.wait()
+        await asyncio.wait_for(second.synced.wait(), 30)
         assert not second.elector.is_leader and not second.leading
         await eventually(lambda: second.view.domain(uid).cd is not None)
 

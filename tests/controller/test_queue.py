@@ -34,14 +34,14 @@ async def test_one_run_at_a_time_per_key_and_keys_in_parallel() -> None:
         peak_parallel = max(peak_parallel, sum(1 for v in active.values() if v))
         if peak_parallel == 3:
             all_started.set()
-        await gate.wait()
+        await asyncio.wait_for(gate.wait(), 30)
         active[key] -= 1
 
     queue = KeyedQueue(handler, workers=4)
     task = await run_queue(queue)
     for key in ("a", "b", "c"):
         queue.add(key)
-    await all_started.wait()
+    await asyncio.wait_for(all_started.wait(), 30)
     queue.add("a")  # while "a" runs: once more afterwards
     queue.add("a")
     gate.set()
@@ -59,13 +59,13 @@ async def test_changes_while_waiting_or_running_coalesce() -> None:
     async def handler(key: str) -> None:
         runs.append(key)
         started.set()
-        await release.wait()
+        await asyncio.wait_for(release.wait(), 30)
 
     queue = KeyedQueue(handler, workers=1)
     for _ in range(5):
         queue.add("k")
     task = await run_queue(queue)
-    await started.wait()
+    await asyncio.wait_for(started.wait(), 30)
     for _ in range(5):
         queue.add("k")
     release.set()

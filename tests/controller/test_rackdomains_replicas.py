@@ -80,7 +80,7 @@ async def test_a_restart_and_a_relist_create_nothing_new(tmp_path: Path) -> None
 
         _, restarted = await cluster.start_controller(store=store, **RACKS_ON)
         assert restarted.rack_domains is not None
-        await restarted.rack_domains.synced.wait()
+        await asyncio.wait_for(restarted.rack_domains.synced.wait(), 30)
         await restarted.rack_domains.queue.wait_idle()
         assert [d["metadata"]["uid"] for d in rack_domains(cluster)] == [uid]
         assert [kind for _, kind, _ in await rack_events(store)] == ["RackDomainCreated"]

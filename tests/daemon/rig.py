@@ -178,7 +178,7 @@ class Rig:
                     await process.wait()
             except TimeoutError:
                 process.kill()
-                await process.wait()
+                await asyncio.wait_for(process.wait(), 60)
 
 
 async def open_rig(server: ApiServer, fake: FakeImex) -> Rig:

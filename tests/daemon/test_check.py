@@ -89,4 +89,4 @@ async def test_cli_exit_codes_and_one_line_messages(fake_imex: FakeImex) -> None
         assert (done.returncode, done.stdout) == (0, "READY\n")
     finally:
         process.terminate()
-        await process.wait()
+        await asyncio.wait_for(process.wait(), 60)

@@ -33,7 +33,7 @@ async def test_a_record_cancelled_while_its_append_commits_loses_no_later_event(
 
         store.append = slow_append  # type: ignore[method-assign]
         readiness = asyncio.create_task(journal.record(ImexReadinessChanged("n1", True, "READY")))
-        await committing.wait()
+        await asyncio.wait_for(committing.wait(), 30)
         readiness.cancel()  # shutdown cancels the monitor inside its record
         await asyncio.gather(readiness, return_exceptions=True)
         store.append = append  # type: ignore[method-assign]

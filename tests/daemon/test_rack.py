@@ -99,7 +99,7 @@ async def rack() -> AsyncIterator[SimCluster]:
         for running in list(runtime.running.values()):  # after the kubelets stopped restarting them
             if running.process.returncode is None:
                 running.process.terminate()
-            await running.process.wait()
+            await asyncio.wait_for(running.process.wait(), 60)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -93,7 +93,7 @@ class HostImex:
             return
         with contextlib.suppress(ProcessLookupError):
             self.process.send_signal(signal.SIGTERM)
-        await self.process.wait()
+        await asyncio.wait_for(self.process.wait(), 60)
 
     async def query(self) -> tuple[int, str]:
         """What an IMEX client on the node gets: `nvidia-imex-ctl -q` (exit status, output)."""
@@ -101,7 +101,7 @@ class HostImex:
             sys.executable, "-m", "cdctl.sim.node.fakeimex", "ctl", "-c", str(self.config), "-q",
             env=self.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
-        out, _ = await ctl.communicate()
+        out, _ = await asyncio.wait_for(ctl.communicate(), 60)
         return int(ctl.returncode or 0), out.decode().strip()
 
 

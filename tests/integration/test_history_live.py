@@ -117,12 +117,12 @@ async def test_one_collected_file_tells_the_whole_life_of_a_domain_and_a_claim(w
     async def while_formed(rack: Rack) -> None:
         facts["claim"] = node, _, _ = worker_claim(rack, 0)
         await kill_plugin(rack, node)
-        await rack.plugins[node].process.wait()
+        await asyncio.wait_for(rack.plugins[node].process.wait(), 60)
         facts["restarted at"] = datetime.now(UTC).isoformat()
         await rack.launch_plugin(node)
         facts["compacted claim"] = other, _, other_uid = worker_claim(rack, 1)
         await kill_plugin(rack, other)
-        await rack.plugins[other].process.wait()
+        await asyncio.wait_for(rack.plugins[other].process.wait(), 60)
         async with await SqliteEventStore.open(rack.plugin_db(other), read_only=True) as store:
             [(facts["claim began"],)] = await store.query(
                 "SELECT MIN(position) FROM events WHERE stream = ?", (f"claim/{other_uid}",)

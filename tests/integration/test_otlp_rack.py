@@ -6,6 +6,7 @@ the receiver, under the right source."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -56,7 +57,7 @@ async def test_every_component_exports_what_it_commits(work_dir: Path, receiver:
 
         await until("the plugin's events reach the receiver", unsent)
         await kill_plugin(rack, node)
-        await rack.plugins[node].process.wait()
+        await asyncio.wait_for(rack.plugins[node].process.wait(), 60)
         killed[node] = logged(rack.plugin_db(node)) - before  # committed in the moment before the kill
         await rack.launch_plugin(node)
         await rack.wait_until_registered({node})

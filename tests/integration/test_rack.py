@@ -125,7 +125,7 @@ async def _run(*argv: str) -> tuple[int, str]:
     finally:
         if process.returncode is None:
             process.kill()
-            await process.wait()
+            await asyncio.wait_for(process.wait(), 60)
     assert process.returncode is not None
     return process.returncode, output.decode()
 

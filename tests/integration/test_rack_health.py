@@ -107,4 +107,4 @@ async def test_an_error_on_the_health_stream_is_recorded_and_retried(work_dir: P
     finally:
         await watch.stop()
         server.close()
-        await server.wait_closed()
+        await asyncio.wait_for(server.wait_closed(), 30)

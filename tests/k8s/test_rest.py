@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -57,9 +58,9 @@ async def test_the_token_bucket_waits_only_when_the_burst_is_spent(monkeypatch: 
     monkeypatch.setattr(rest.asyncio, "sleep", fake_sleep)
     bucket = TokenBucket(qps=10.0, burst=2)
     for _ in range(3):
-        await bucket.acquire()
+        await asyncio.wait_for(bucket.acquire(), 30)
     assert len(waits) == 1 and 0 < waits[0] <= 0.1
     unlimited = TokenBucket(qps=0, burst=0)
     for _ in range(100):
-        await unlimited.acquire()
+        await asyncio.wait_for(unlimited.acquire(), 30)
     assert len(waits) == 1

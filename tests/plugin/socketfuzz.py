@@ -37,7 +37,7 @@ from cdctl.plugin.health import DeviceReport, Health
 from cdctl.plugin.prepare import DeviceState
 from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.plugin.server import PluginServers, ServerPaths
-from cdctl.store import InMemoryEventStore
+from cdctl.store import EventStore, InMemoryEventStore, SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.fakes import DOM1, FakeCluster, channel_claim, daemon_pod
 
@@ -128,11 +128,13 @@ def raw_channel(path: str) -> Channel:
 
 class FuzzTarget:
     """The plugin's registration and DRA servers (health streams included) on real unix sockets, over fakes:
-    claim `default/rc-0` (UID) prepares, everything else the kubelet could name does not exist."""
+    claim `default/rc-0` (UID) prepares, everything else the kubelet could name does not exist. The claim
+    book is on an in-memory log, or with `on_disk` on a SQLite log as the plugin's is."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_disk: bool = False) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="cdz", dir="/tmp"))  # short: unix socket paths are limited
-        self.store = InMemoryEventStore()
+        self.on_disk = on_disk
+        self.store: EventStore = InMemoryEventStore()
         self.cluster = FakeCluster()
         self.cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
         self.cluster.ready.add((DOM1, "node-a"))
@@ -144,6 +146,8 @@ class FuzzTarget:
         self.servers: PluginServers | None = None
 
     async def start(self) -> None:
+        if self.on_disk:
+            self.store = await SqliteEventStore.open(self.tmp / "events.db")
         book = await ClaimBook.load(self.store, self.settings.node)
         state = DeviceState(self.settings, book, self.cluster, FabricStatus(clique_id=CLIQUE))
         driver = Driver(state, self.cluster, RetryPolicy(base_s=0.001, cap_s=0.002, budget_s=0.01))
@@ -157,6 +161,15 @@ class FuzzTarget:
 
     async def send(self, method: Method, body: bytes) -> Answer:
         return await call(self.channels[method.socket], method, body)
+
+    def reconnect(self) -> None:
+        """New connections to both sockets, as a kubelet that restarted would open."""
+        for channel in self.channels.values():
+            channel.close()
+        self.channels = {
+            "dra": raw_channel(str(self.paths.dra)),
+            "registration": raw_channel(str(self.paths.registration)),
+        }
 
     def cdi_specs(self) -> list[Path]:
         root = self.settings.cdi_root

@@ -289,7 +289,7 @@ async def test_the_simulated_kubelet_logs_a_health_stream_cut_by_its_server(shor
     finally:
         if child.returncode is None:
             child.kill()
-            await child.wait()
+            await asyncio.wait_for(child.wait(), 60)
     assert [e for e in errors if "NodeWatchResources of compute-domain.nvidia.com" in e], errors
 
 

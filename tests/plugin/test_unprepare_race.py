@@ -30,7 +30,9 @@ async def test_a_prepare_in_flight_when_its_claim_is_unprepared_leaves_nothing_p
     node.cluster.paused["get_claim"] = asyncio.Event()
     node.cluster.entered["get_claim"] = asyncio.Event()
     prepare = asyncio.create_task(driver.prepare_resources([ref]))
-    await node.cluster.entered["get_claim"].wait()  # the attempt is reading the claim: nothing recorded yet
+    await asyncio.wait_for(
+        node.cluster.entered["get_claim"].wait(), 30
+    )  # the attempt is reading the claim: nothing recorded yet
     assert await driver.unprepare_resources([ref]) == {C1: ""}
     node.cluster.paused["get_claim"].set()
     await prepare

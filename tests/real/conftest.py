@@ -1,6 +1,6 @@
 """The real tier's collection rules: every test here is marked `real` (`make test-real` runs them; `make test`
 leaves them out), and all of them skip with one line naming what is missing when the realk8s kit is not
-built (tests/real/kit.py)."""
+built (tests/real/kit.py). Each may take up to REAL_TEST_TIMEOUT_S, not the suite's per-test limit."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from tests.real import kit
 
 HERE = Path(__file__).parent
+REAL_TEST_TIMEOUT_S = 900
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -21,6 +22,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.real)
+            # A real control plane and six hollow kubelets start per test: minutes, not the suite's limit.
+            item.add_marker(pytest.mark.timeout(REAL_TEST_TIMEOUT_S))
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
 

@@ -87,7 +87,7 @@ async def run(argv: list[str], *, stdin: bytes | None = None, env: dict[str, str
         if process.returncode is None:
             process.kill()
         with contextlib.suppress(BaseException):
-            await process.communicate()
+            await asyncio.wait_for(process.communicate(), 60)
         raise
     assert process.returncode is not None
     return process.returncode, out.decode(errors="replace")
@@ -218,7 +218,7 @@ class HollowNode:
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
+            await asyncio.wait_for(process.wait(), 60)
 
     def records(self) -> list[dict[str, Any]]:
         """Every container the fake runtime was asked to create, oldest first, with `ok` from its name and

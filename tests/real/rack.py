@@ -300,7 +300,7 @@ class RealRack:
         component = self.components.pop(name)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(component.process.pid, 9)
-        await component.process.wait()
+        await asyncio.wait_for(component.process.wait(), 60)
 
     async def restart_kubelet(self, node: str, while_down: Callable[[], None] | None = None) -> None:
         hollow = self.nodes[node]

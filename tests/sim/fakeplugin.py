@@ -104,6 +104,6 @@ async def serve_plugin(
     finally:
         for server in (registration, dra):
             server.close()
-            await server.wait_closed()
+            await asyncio.wait_for(server.wait_closed(), 30)
         for path in (registration_socket, dra_socket):
             path.unlink(missing_ok=True)

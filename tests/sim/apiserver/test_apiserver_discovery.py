@@ -48,7 +48,7 @@ async def _kubectl(kubeconfig: Path, *args: str) -> tuple[int, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    output, _ = await process.communicate()
+    output, _ = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None
     return process.returncode, output.decode()
 

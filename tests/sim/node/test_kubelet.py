@@ -183,7 +183,7 @@ async def test_registers_the_cdctl_plugins_registration_server(socket_root: Path
         await kubelet.plugins.scan()
     finally:
         server.close()
-        await server.wait_closed()
+        await asyncio.wait_for(server.wait_closed(), 30)
     assert registered == [True]
     plugin = kubelet.plugins.plugins[DRIVER]
     assert (plugin.service, plugin.endpoint) == ("v1.DRAPlugin", endpoint)

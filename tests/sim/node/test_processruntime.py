@@ -131,7 +131,7 @@ async def test_pod_process_sees_cdi_env_and_becomes_ready_when_its_probe_passes(
         finally:
             for running in runtime.running.values():
                 running.process.kill()
-                await running.process.wait()
+                await asyncio.wait_for(running.process.wait(), 60)
 
 
 async def test_an_exited_process_is_restarted_unless_restart_policy_is_never(tmp_path: Path) -> None:
@@ -148,7 +148,7 @@ async def test_an_exited_process_is_restarted_unless_restart_policy_is_never(tmp
             },
         }
         await runtime.start(pod, [])
-        await runtime.running[name].process.wait()
+        await asyncio.wait_for(runtime.running[name].process.wait(), 60)
         pods.append(pod)
     assert await runtime.ready(pods[0]) is True
     assert runtime.running["always"].restarts == 1

@@ -6,6 +6,7 @@ those tests are skipped and the runtime says once that it cannot enforce users.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -81,7 +82,7 @@ async def _run_writer(pod: dict[str, Any], base: Path) -> tuple[int, str]:
     runtime = ProcessRuntime(selects=lambda pod: True, cdi_dirs=lambda node: [], log_dir=base / "logs")
     await runtime.start(pod, [])
     running = runtime.running[pod["metadata"]["uid"]]
-    code = await running.process.wait()
+    code = await asyncio.wait_for(running.process.wait(), 60)
     assert await runtime.ready(pod) is False or code == 0  # restartPolicy Never: an exited pod stays down
     await runtime.stop(pod)
     ids = base / "imexd" / "ids"
@@ -122,7 +123,7 @@ async def test_a_forked_child_takes_the_requested_user_after_opening_its_log(roo
         }
         args = ["daemon", "run", "--node-name", "n1", "--pod-name", "p", "--pod-namespace", "ns"]
         child = await server.spawn(args, env, log, user=RunAs(*IMAGE_USER))
-        assert await child.wait() != 0
+        assert await asyncio.wait_for(child.wait(), 60) != 0
         assert (shared / "events.db").stat().st_uid == IMAGE_USER[0], log.read_text()
         assert "cdctl: error:" in log.read_text()
     finally:
