@@ -72,7 +72,8 @@ def _path_without_cdctl() -> str:
 
 def _bash(line: str, cwd: Path, path: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", "-c", f"set -o pipefail; {line}"], cwd=cwd, capture_output=True, text=True, timeout=60,
+        # The demo's rack takes 15 s on a quiet 2-core machine, and several times that on a busy one.
+        ["bash", "-c", f"set -o pipefail; {line}"], cwd=cwd, capture_output=True, text=True, timeout=150,
         env={**os.environ, "PATH": path}, check=False,
     )  # fmt: skip
 

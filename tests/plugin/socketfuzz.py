@@ -11,6 +11,7 @@ the wrong Python types), lengths past the end, varints that never end, and plain
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -31,12 +32,14 @@ from cdctl._proto import v1alpha1 as health_v1alpha1
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
 from cdctl._proto.pluginregistration import InfoRequest, RegistrationStatus
 from cdctl.api.refs import DomainInfo
-from cdctl.plugin.checkpoint import ClaimBook
+from cdctl.domain.retention import RetentionPolicy
+from cdctl.plugin.checkpoint import ClaimBook, ClaimBookProjection
 from cdctl.plugin.driver import Driver, RetryPolicy
 from cdctl.plugin.health import DeviceReport, Health
 from cdctl.plugin.prepare import DeviceState
 from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.plugin.server import PluginServers, ServerPaths
+from cdctl.projections.retention import Retention
 from cdctl.store import EventStore, InMemoryEventStore, SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.fakes import DOM1, FakeCluster, channel_claim, daemon_pod
@@ -129,7 +132,8 @@ def raw_channel(path: str) -> Channel:
 class FuzzTarget:
     """The plugin's registration and DRA servers (health streams included) on real unix sockets, over fakes:
     claim `default/rc-0` (UID) prepares, everything else the kubelet could name does not exist. The claim
-    book is on an in-memory log, or with `on_disk` on a SQLite log as the plugin's is."""
+    book is on an in-memory log, or with `on_disk` on a SQLite log as the plugin's is, compacted every
+    second under a 1 MiB bound with the claims it removes dropped from the book, as the plugin does."""
 
     def __init__(self, on_disk: bool = False) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="cdz", dir="/tmp"))  # short: unix socket paths are limited
@@ -144,6 +148,9 @@ class FuzzTarget:
         self.paths = ServerPaths(self.tmp / "registry", self.settings.plugin_dir)
         self.channels: dict[str, Channel] = {}
         self.servers: PluginServers | None = None
+        self.book: ClaimBook | None = None
+        self.retention: Retention | None = None
+        self._retention_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         if self.on_disk:
@@ -151,6 +158,15 @@ class FuzzTarget:
         book = await ClaimBook.load(self.store, self.settings.node)
         state = DeviceState(self.settings, book, self.cluster, FabricStatus(clique_id=CLIQUE))
         driver = Driver(state, self.cluster, RetryPolicy(base_s=0.001, cap_s=0.002, budget_s=0.01))
+        if isinstance(self.store, SqliteEventStore):
+            retention = Retention(
+                self.store, RetentionPolicy(age_s=0, size_bytes=1 << 20), [ClaimBookProjection("node-a")],
+                interval_s=1.0, first_delay_s=1.0,
+                after_round=lambda: self._forget(retention, book, driver),
+            )  # fmt: skip
+            self.retention = retention
+            self._retention_task = asyncio.create_task(retention.run(), name="retention")
+        self.book = book
         self.servers = PluginServers(self.paths, driver, lambda: None)
         await self.servers.start()
         await self.servers.board.publish([DeviceReport("node-a", "channel-0", Health.HEALTHY, "")])
@@ -158,6 +174,11 @@ class FuzzTarget:
             "dra": raw_channel(str(self.paths.dra)),
             "registration": raw_channel(str(self.paths.registration)),
         }
+
+    @staticmethod
+    async def _forget(retention: Retention, book: ClaimBook, driver: Driver) -> None:
+        if retention.last_report is not None:
+            book.forget_ended(retention.last_report.horizon, busy=driver.busy())
 
     async def send(self, method: Method, body: bytes) -> Answer:
         return await call(self.channels[method.socket], method, body)
@@ -180,6 +201,10 @@ class FuzzTarget:
             channel.close()
         if self.servers is not None:
             await self.servers.close()
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention_task
         await self.store.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 

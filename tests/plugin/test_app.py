@@ -28,7 +28,7 @@ U = "6a130f54-faaa-4b8f-847f-be44ab70f917"
 
 
 async def until(check: Callable[[], Any], what: str) -> Any:
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(60):  # a plugin starting on a busy machine: seconds, at worst tens
         while True:
             got = await check()
             if got:

@@ -64,7 +64,7 @@ class _GatedStore(InMemoryEventStore):
     async def append_batch(self, appends: Sequence[StreamAppend]) -> list[RecordedEvent]:
         if self.gate is not None:
             self.entered.set()
-            await self.gate.wait()
+            await asyncio.wait_for(self.gate.wait(), 30)
         return await super().append_batch(appends)
 
 
