@@ -8,9 +8,10 @@ forks a child that takes the request's environment, sends stdout and stderr to t
 the request's user if it names one (cdctl.sim.node.runas: after opening the log, before cdctl runs), and
 runs the console script's entry point (`CONSOLE_SCRIPT`, as pyproject names it, resolved by name as a console
 script is) with the request's arguments. Each child is a separate process with its own pid, sockets, files
-and event log; the server reaps children and reports their exit codes. `ForkServer.spawn(argv, env,
-log_path, user=None)` returns a `ForkedProcess` with the parts of asyncio's Process the rack uses (pid,
-returncode, wait, send_signal, terminate, kill).
+and event log; the server reaps children and reports their exit codes. When its parent goes away (its
+stdin ends) with children still running, it stops them: SIGTERM, then SIGKILL of what is left.
+`ForkServer.spawn(argv, env, log_path, user=None)` returns a `ForkedProcess` with the parts of asyncio's
+Process the rack uses (pid, returncode, wait, send_signal, terminate, kill).
 Protocol (JSON lines): request {"id", "argv", "env", "log", "user": [uid, gid] or null} on stdin;
 {"id", "pid"} or {"id", "error"} and {"exited": pid, "code": code} on stdout. Used by
 cdctl.sim.rack.components and cdctl.sim.node.daemonruntime.
@@ -27,13 +28,16 @@ import os
 import select
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from cdctl.sim.node.proctree import kill_tree
 from cdctl.sim.node.runas import RunAs, UserSwitchError
 
 CONSOLE_SCRIPT = "cdctl.cli.main:main"
+ORPHAN_GRACE_S = 5.0  # how long children left behind by a parent that died get to stop on SIGTERM
 
 
 class ForkedProcess:
@@ -134,7 +138,8 @@ class ForkServer:
         return child
 
     async def stop(self) -> None:
-        """Close the server (children it started keep running: stop them first)."""
+        """Close the server (stop the children it started first: those still running get SIGTERM, and
+        SIGKILL after ORPHAN_GRACE_S)."""
         if self.process.stdin is not None:
             self.process.stdin.close()
         try:
@@ -207,7 +212,7 @@ def _say(message: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _reap() -> None:
+def _reap(children: set[int]) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -215,7 +220,27 @@ def _reap() -> None:
             return
         if pid == 0:
             return
-        _say({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        children.discard(pid)
+        with contextlib.suppress(BrokenPipeError):
+            _say({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _stop_children(children: set[int], grace_s: float = ORPHAN_GRACE_S) -> None:
+    """The parent is gone (our stdin ended) with children still running: a rack killed without stopping
+    them, as a test's time limit kills it. They would run on as orphans, a whole rack's worth, for good;
+    they get SIGTERM, and whatever of them (and of what they started) is left after `grace_s`, SIGKILL."""
+    for pid in list(children):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while children and time.monotonic() < deadline:
+        time.sleep(0.05)
+        _reap(children)
+    for pid in list(children):
+        kill_tree(pid)
+    while children and time.monotonic() < deadline + grace_s:
+        time.sleep(0.05)
+        _reap(children)
 
 
 def serve(preload: list[str]) -> None:
@@ -232,6 +257,7 @@ def serve(preload: list[str]) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     stdin = sys.stdin.fileno()
     buffered = b""
+    children: set[int] = set()
     while True:
         try:
             ready, _, _ = select.select([stdin, wakeup[0]], [], [])
@@ -239,19 +265,22 @@ def serve(preload: list[str]) -> None:
             continue
         if wakeup[0] in ready:
             os.read(wakeup[0], 4096)
-            _reap()
+            _reap(children)
         if stdin not in ready:
             continue
         chunk = os.read(stdin, 65536)
         if not chunk:
-            _reap()
+            _reap(children)
+            _stop_children(children)
             return
         buffered += chunk
         while b"\n" in buffered:
             line, buffered = buffered.split(b"\n", 1)
             request = json.loads(line)
             try:
-                _say({"id": request["id"], "pid": _fork(request, wakeup)})
+                pid = _fork(request, wakeup)
+                children.add(pid)
+                _say({"id": request["id"], "pid": pid})
             except OSError as error:
                 _say({"id": request["id"], "error": str(error)})
 

@@ -76,3 +76,24 @@ async def test_a_cancelled_spawn_leaves_the_server_answering_the_next(
         async with asyncio.timeout(30):
             child = await server.spawn(["--version"], dict(os.environ), tmp_path / f"next-{attempt}.log")
             assert await child.wait() == 0
+
+
+async def test_children_left_running_when_the_parent_goes_away_are_stopped(tmp_path: Path) -> None:
+    """The rack's process killed without stopping its components (a test's time limit kills it): the fork
+    server's stdin ends, and the children it started must not run on as orphans."""
+    server = await ForkServer.start(["cdctl.cli.main"], env=dict(os.environ))
+    child = await server.spawn(["sim", "apiserver", "--port", "0"], dict(os.environ), tmp_path / "a.log")
+    assert server.process.stdin is not None
+    server.process.stdin.close()  # what the parent's death does to the pipe
+    async with asyncio.timeout(30):
+        assert await server.process.wait() == 0
+        while Path(f"/proc/{child.pid}").exists() and "Z" not in _state(child.pid):
+            await asyncio.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "gone"
+    return stat[stat.rfind(")") + 2 :].split()[0]
