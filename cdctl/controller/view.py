@@ -150,6 +150,8 @@ class DomainView:
             return cached[1]
         state = DomainState.from_row(uid, row)
         self._states[uid] = (row, state)
+        if len(self._states) > 2 * len(self.rows) + 64:  # drop the states of domains gone since
+            self._states = {u: entry for u, entry in self._states.items() if (u,) in self.rows}
         return state
 
     def uids(self) -> list[str]:

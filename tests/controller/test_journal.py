@@ -23,7 +23,7 @@ from cdctl.domain.computedomains import (
 )
 from cdctl.domain.events import Actor, NewEvent, decode
 from cdctl.k8s.informer import Change, Observation
-from cdctl.k8s.resources import COMPUTE_DOMAINS, PODS
+from cdctl.k8s.resources import COMPUTE_DOMAINS, NODES, PODS
 from cdctl.projections.lifecycle import DomainHistory, lifecycle_projections
 from cdctl.projections.replay import VerifyReport, verify_chain, verify_projections
 from cdctl.projections.sinks import SqliteSink
@@ -351,3 +351,37 @@ async def test_the_channel_view_survives_snapshots_and_compaction(
         assert compacted.journal.channels.of_domain("b") == {clique: 2}
         assert compacted.journal.channels.clique(clique).pick(8) == 3  # 1 was released: reused last
         await compacted.close()
+
+
+def node(rv: str, domain: str | None) -> dict[str, Any]:
+    labels = {"resource.nvidia.com/computeDomain": domain} if domain else {}
+    return {"metadata": {"name": "node-a", "uid": "node-uid", "resourceVersion": rv, "labels": labels}}
+
+
+async def test_an_object_that_leaves_a_domain_is_gone_from_its_view_and_the_deleted_domain_with_it(
+    tmp_path: Path,
+) -> None:
+    """A Node unlabelled at teardown (its watch shows it without the label), then labelled for the next
+    domain: each domain's view lets go of it. Before, the first domain's row kept the Node for good, and a
+    restarted controller replayed a row for every domain it ever had (bench/soak.py)."""
+    async with await SqliteEventStore.open(tmp_path / "controller.db") as store:
+        h = Harness(store)
+        await h.journal.replay()
+        h.journal.observe(Observation(COMPUTE_DOMAINS, Change.ADDED, cd("1")))
+        h.journal.observe(Observation(NODES, Change.MODIFIED, node("2", UID)))
+        await h.settle()
+        assert h.view.domain(UID).get("Node", "", "node-a") is not None
+        h.journal.observe(Observation(COMPUTE_DOMAINS, Change.DELETED, cd("3")))
+        h.journal.observe(Observation(NODES, Change.MODIFIED, node("4", None)))  # the label removed
+        await h.settle()
+        assert h.view.domain(UID).empty and (UID,) not in h.view.rows  # the deleted domain's row is gone
+        h.journal.observe(Observation(NODES, Change.MODIFIED, node("5", "cd-uid-2")))
+        h.journal.observe(Observation(NODES, Change.MODIFIED, node("6", "cd-uid-3")))  # moved on directly
+        await h.settle()
+        assert h.view.domain("cd-uid-2").get("Node", "", "node-a") is None
+        assert h.view.domain("cd-uid-3").get("Node", "", "node-a") is not None
+        await h.close()
+        resumed = Harness(store)
+        await resumed.journal.replay()
+        assert set(resumed.view.uids()) == {"cd-uid-3"}  # a restart replays only the domain holding it
+        await resumed.close()
