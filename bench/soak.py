@@ -11,11 +11,12 @@ back as the kubelet or the StatefulSet would.
 
 Every `--sample-every` seconds it records, per process kind (controller, plugin, daemon, and this process:
 the simulated cluster): RSS and open descriptors (sum and largest process), the event logs' size on disk,
-events held and compactions done, and the append latency p99 since the last sample (from each component's
-`cdctl_event_log_append_duration_seconds`). At the end: growth of RSS and descriptors over the last half
-(per process kind, of the processes that lived through it: a restarted one starts small), every log through
-`verify`, and what is left behind (CDI claim specs, node labels, ResourceClaims, ComputeDomains, IMEX
-channels held). Writes bench/results/soak-<UTC time>.json and a PNG of the figures over time.
+events held and compactions done, and the append latency p99 since the last sample (from the controller's
+and each plugin's `cdctl_event_log_append_duration_seconds`; the daemons serve no metrics port here). At
+the end: growth of RSS and descriptors over the last half (per process kind, of the processes that lived
+through it: a restarted one starts small), every log through `verify`, and what is left behind (CDI claim
+specs, node labels, ResourceClaims, ComputeDomains, IMEX channels held). Writes
+bench/results/soak-<UTC time>.json and a PNG of the figures over time.
 
     .venv/bin/python bench/soak.py [--lifecycles 10000] [--duration 3600] [--domains 6]
                                    [--nodes-per-domain 3] [--restart-every 180]
@@ -387,8 +388,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     for kind in ("controller", "plugin", "daemon", "cluster"):
         axes[0][0].plot(t, [s[kind]["rss_mib_max"] for s in samples], label=kind)
         axes[0][1].plot(t, [s[kind]["fds_max"] for s in samples], label=kind)
-    for kind in ("controller", "plugin", "daemon"):
+    for kind in LOGGED:
         axes[1][0].plot(t, [s[kind]["log_bytes_max"] / 2**20 for s in samples], label=kind)
+    for kind in ("controller", "plugin"):  # the daemons serve no metrics port on the simulated rack
         axes[1][1].plot(t, [(s[kind].get("append_p99_s") or 0) * 1e3 for s in samples], label=kind)
     titles = ("RSS of the largest process (MiB)", "open descriptors of the largest process",
               "largest event log on disk (MiB)", "append latency p99 since the last sample (ms)")  # fmt: skip
