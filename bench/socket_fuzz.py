@@ -7,9 +7,13 @@ type changed, lengths past the end, varints that never end). Reports per method:
 (anything but OK and INVALID_ARGUMENT is a crash), latency p50/p99/max; and for the whole run: stacks
 logged (grpclib's "Application error" or any log line with a traceback), log lines written by level,
 descriptors, asyncio tasks and RSS every 10,000 calls, their growth over the last 30% of the calls, and CDI
-specs left. The calls share one HTTP/2 connection per socket, as the kubelet's do, and h2 remembers up to
-65,536 closed streams per connection (its MAX_CLOSED_STREAMS; about 100 bytes each, client and server side
-both in this process): RSS grows by that much in the first 65,536 calls, by design, hence the window.
+specs left. The claim book is on a SQLite log on disk, as the plugin's is, compacted every second under a
+1 MiB bound with the claims it removes dropped from memory (a damaged UUID is a new claim to unprepare:
+without that, every one of them stayed in the book). The calls share one HTTP/2
+connection per socket for `--reconnect-every` calls: h2 remembers up to 65,536 closed streams per connection
+(its MAX_CLOSED_STREAMS; about 100 bytes each, client and server side both in this process), so over one
+connection RSS grows until that bound, by design, and would hide a leak of ours; `--reconnect-every 0`
+keeps one connection, as a kubelet that never restarts does.
 Writes bench/results/socket-fuzz-<UTC time>.json.
 
     .venv/bin/python bench/socket_fuzz.py [--calls 100000] [--seed 3]
@@ -61,7 +65,7 @@ class LogCounter:
     def __call__(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
         self.by_level[method] += 1
         if "exc_info" in event or "exception" in event:
-            self.stacks.append(str(event.get("event")))
+            self.stacks.append(f"{event.get('event')}: {str(event.get('exc_info') or event.get('exception'))[:300]}")
         raise structlog.DropEvent
 
 
@@ -79,10 +83,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run(calls: int, seed: int) -> dict[str, Any]:
+async def run(calls: int, seed: int, reconnect_every: int) -> dict[str, Any]:
     counter = LogCounter()
     structlog.configure(processors=[counter], cache_logger_on_first_use=False)
-    target = FuzzTarget()
+    target = FuzzTarget(on_disk=True)
     await target.start()
     rng = random.Random(seed)
     statuses: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
@@ -96,6 +100,8 @@ async def run(calls: int, seed: int) -> dict[str, Any]:
             if i == int(calls * STEADY_FROM):
                 await asyncio.sleep(0.1)
                 at_warm = {"descriptors": open_descriptors(), "tasks": _tasks(), "rss_mib": rss_mib()}
+            if reconnect_every and i and i % reconnect_every == 0:
+                target.reconnect()
             if i % SAMPLE_EVERY == 0:
                 rss_over_time.append((i, round(rss_mib(), 1)))
             method = rng.choice(METHODS)
@@ -116,6 +122,8 @@ async def run(calls: int, seed: int) -> dict[str, Any]:
     wall = time.perf_counter() - started
     specs = [p.name for p in target.cdi_specs()]
     events = target.store.head()
+    records = len(list(target.book.records())) if target.book else 0
+    compactions = target.retention.rounds if target.retention else 0
     await target.close()
     every = [x for v in latency.values() for x in v]
     unexpected = sum(
@@ -128,6 +136,7 @@ async def run(calls: int, seed: int) -> dict[str, Any]:
         "crashes": unexpected,
         "crash_examples": crashes,
         "tracebacks": len(watch.tracebacks) + len(counter.stacks),
+        "traceback_examples": (watch.tracebacks + counter.stacks)[:10],
         "log_lines": dict(counter.by_level),
         "latency_ms": {
             "p50": round(statistics.median(every) * 1e3, 3),
@@ -143,6 +152,8 @@ async def run(calls: int, seed: int) -> dict[str, Any]:
         },
         "rss_mib_by_calls": rss_over_time,
         "events_in_log": events,
+        "claim_records_in_memory_at_end": records,
+        "retention_rounds": compactions,
         "steady_from_call": int(calls * STEADY_FROM),
         "at_steady_start": at_warm,
         "at_end": at_end,
@@ -159,9 +170,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--reconnect-every", type=int, default=10_000, help="0: one connection throughout")
     args = parser.parse_args()
     logging.getLogger("grpclib").setLevel(logging.INFO)
-    report = asyncio.run(run(args.calls, args.seed))
+    report = asyncio.run(run(args.calls, args.seed, args.reconnect_every))
+    report["reconnect_every"] = args.reconnect_every
     report["machine"] = {
         "python": platform.python_version(),
         "cpus": len(__import__("os").sched_getaffinity(0)),
