@@ -65,7 +65,8 @@ class LogCounter:
     def __call__(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
         self.by_level[method] += 1
         if "exc_info" in event or "exception" in event:
-            self.stacks.append(f"{event.get('event')}: {str(event.get('exc_info') or event.get('exception'))[:300]}")
+            stack = str(event.get("exc_info") or event.get("exception"))
+            self.stacks.append(f"{event.get('event')}: {stack[:300]}")
         raise structlog.DropEvent
 
 

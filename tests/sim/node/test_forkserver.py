@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdctl.sim.node.forkserver import ForkServer
+from tests.integration.support import until
 
 
 @pytest.fixture
@@ -87,13 +88,13 @@ async def test_children_left_running_when_the_parent_goes_away_are_stopped(tmp_p
     server.process.stdin.close()  # what the parent's death does to the pipe
     async with asyncio.timeout(30):
         assert await server.process.wait() == 0
-        while Path(f"/proc/{child.pid}").exists() and "Z" not in _state(child.pid):
-            await asyncio.sleep(0.05)
+    await until("the orphaned child stopped", lambda: None if _ended(child.pid) else "still running")
 
 
-def _state(pid: int) -> str:
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie waiting for init to reap it (the server that would have is gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return "gone"
-    return stat[stat.rfind(")") + 2 :].split()[0]
+        return True
+    return stat[stat.rfind(")") + 2 :].split()[0] == "Z"
