@@ -22,8 +22,9 @@ from cdctl.plugin import imexhistory, nvml
 from cdctl.plugin.app import PluginProcess
 from cdctl.plugin.checkpoint import ClaimBook, ClaimBookProjection
 from cdctl.plugin.devices import ClaimRef, parse_claim
+from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.plugin.prepare import DeviceState
-from cdctl.plugin.preparesettings import FabricStatus
+from cdctl.plugin.preparesettings import FabricStatus, PrepareSettings
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import VerifyReport, verify_chain, verify_projections
 from cdctl.projections.runner import ProjectionRunner
@@ -39,12 +40,24 @@ DAY = 86_400.0
 FAKE_NVML = nvml.FakeDeviceLib(cluster_uuid=U, clique_id=7)
 
 
-async def test_the_claim_checkpoint_survives_compaction_and_a_restart(tmp_path: Path) -> None:
-    settings = node_settings(tmp_path)
+def node_parts(tmp: Path) -> tuple[PrepareSettings, FakeCluster, FabricStatus]:
+    """A node's settings, a cluster whose domain DOM1 is Ready on it, and its fabric."""
     cluster = FakeCluster()
     cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
     cluster.ready.add((DOM1, "node-a"))
-    fabric = FabricStatus(clique_id=CLIQUE)
+    return node_settings(tmp), cluster, FabricStatus(clique_id=CLIQUE)
+
+
+def compacting_config(base: Path) -> PluginConfig:
+    """The plugin's config with a 1-byte bound checked every 0.1 s: every round compacts all it can."""
+    return dataclasses.replace(
+        config(base), retention=RetentionPolicy(age_s=0, size_bytes=1), retention_first_delay_s=0.0,
+        retention_interval_s=0.1,
+    )  # fmt: skip
+
+
+async def test_the_claim_checkpoint_survives_compaction_and_a_restart(tmp_path: Path) -> None:
+    settings, cluster, fabric = node_parts(tmp_path)
     path = tmp_path / "events.db"
     async with await SqliteEventStore.open(path) as store:
         book = await ClaimBook.load(store, "node-a")
@@ -145,10 +158,7 @@ async def test_the_running_plugin_compacts_its_log_and_prunes_imex_history(
 ) -> None:
     _, api, base = env
     _, claim_uid = await seed_claim(api, f"{U}.7")
-    cfg = dataclasses.replace(
-        config(base), retention=RetentionPolicy(age_s=0, size_bytes=1), retention_first_delay_s=0.0,
-        retention_interval_s=0.1,
-    )  # fmt: skip
+    cfg = compacting_config(base)
     kept_log(cfg.plugin_dir / "imex-history", "gone-domain", 100, 1, datetime.now(UTC).timestamp())
     ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
     async with serving_plugin(cfg, api) as (process, stub):
@@ -205,11 +215,7 @@ async def test_a_compaction_drops_the_claims_it_removed_from_the_running_book_bu
     tmp_path: Path,
 ) -> None:
     """Without this a plugin that runs for months keeps every claim it ever saw in memory (bench/soak.py)."""
-    settings = node_settings(tmp_path)
-    cluster = FakeCluster()
-    cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
-    cluster.ready.add((DOM1, "node-a"))
-    fabric = FabricStatus(clique_id=CLIQUE)
+    settings, cluster, fabric = node_parts(tmp_path)
     async with await SqliteEventStore.open(tmp_path / "events.db") as store:
         book = await ClaimBook.load(store, "node-a")
         state = DeviceState(settings, book, cluster, fabric)
@@ -241,10 +247,7 @@ async def test_the_running_plugin_forgets_a_claim_once_compaction_removed_its_en
 ) -> None:
     _, api, base = env
     _, claim_uid = await seed_claim(api, f"{U}.7")
-    cfg = dataclasses.replace(
-        config(base), retention=RetentionPolicy(age_s=0, size_bytes=1), retention_first_delay_s=0.0,
-        retention_interval_s=0.1,
-    )  # fmt: skip
+    cfg = compacting_config(base)
     ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
     async with serving_plugin(cfg, api) as (process, stub):
         resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
