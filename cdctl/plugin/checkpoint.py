@@ -43,8 +43,8 @@ async def _finished(write: asyncio.Future[Any]) -> None:
         await asyncio.shield(write)
     except asyncio.CancelledError:
         write.add_done_callback(_log_failure)
-    except Exception as exc:  # any failure of the write: its caller cannot take it now
-        log.warning("a claim write whose caller gave up failed", error=f"{type(exc).__name__}: {exc}")
+    except Exception:  # any failure of the write: its caller cannot take it now
+        _log_failure(write)
 
 
 def _log_failure(write: asyncio.Future[Any]) -> None:
@@ -129,9 +129,8 @@ class ClaimBook:
         self.node = node
         self.actor = actor
         self._records: dict[str, c.ClaimRecord] = {}
-        self._last_position: dict[
-            str, int
-        ] = {}  # by claim uid: where its stream's latest event is in the log
+        # by claim uid: where its stream's latest event is in the log (what `forget_ended` compares)
+        self._last_position: dict[str, int] = {}
         self._boot_id = ""
         self._plugin_version = 0
         self.compacted = False  # loaded from a compaction's snapshot: claims that ended before it are gone

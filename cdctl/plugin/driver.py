@@ -187,10 +187,6 @@ class Driver:
         return obj
 
     async def _prepare_one(self, ref: ClaimRef) -> PrepareOutcome:
-        try:
-            check_claim_ref(ref)
-        except CdctlError as exc:
-            return PrepareOutcome(error=_entry("preparing", ref, str(exc)))
         fence = self.state.book.version(ref.uid)  # anything that ends the claim after this point fences us
 
         async def attempt() -> list[dict[str, Any]]:
@@ -210,11 +206,6 @@ class Driver:
         return PrepareOutcome(error=got) if isinstance(got, str) else PrepareOutcome(devices=got)
 
     async def _unprepare_one(self, ref: ClaimRef) -> str:
-        try:
-            check_claim_ref(ref)
-        except CdctlError as exc:
-            return _entry("unpreparing", ref, str(exc))
-
         async def attempt() -> bool:
             return await self.state.unprepare(ref)
 
@@ -245,8 +236,9 @@ class Driver:
         return self._calls["preparing"] | self._calls["unpreparing"]
 
     def _refused(self, what: str, claims: list[ClaimRef]) -> dict[str, str]:
-        """Error entries, by claim UID, for what no call may ask: a claim named twice in one call (the
-        answer has one entry per UID), and a claim another call of the same kind is working on (the kubelet
+        """Error entries, by claim UID, for what no call may ask: a malformed claim reference (checked before
+        any request or record is made from it), a claim named twice in one call (the answer has one entry
+        per UID), and a claim another call of the same kind is working on (the kubelet
         sends one call per claim at a time; a second at once is answered here and retried by the kubelet).
         An Unprepare during a Prepare of the same claim is not refused: it ends the claim and fences that
         Prepare (cdctl.plugin.prepare)."""
@@ -255,6 +247,11 @@ class Driver:
         for ref in claims:
             if ref.uid in out:
                 continue  # named again: the entry says so already
+            try:
+                check_claim_ref(ref)
+            except CdctlError as exc:
+                out[ref.uid] = _entry(what, ref, str(exc))
+                continue
             if seen[ref.uid] > 1:
                 out[ref.uid] = _entry(
                     what, ref, f"the claim's UID appears {seen[ref.uid]} times in this call; "
