@@ -84,8 +84,8 @@ class Journal:
         # object uid -> the domains whose views hold it: an object that leaves a domain (its label removed or
         # changed, as a Node's at teardown) is recorded as gone from it (`_left_domains`)
         self._holders: dict[str, set[str]] = {}
-        # (object uid, domain uid) recorded as gone that way: the watch's own DELETED for it, with the old
-        # label (the simulator's; a real server sends the object as it is now), is then a duplicate
+        # (object uid, domain uid) recorded as gone that way: the watch's own DELETED for the same change
+        # (an object leaving a label selection comes as it was before, with the old label) is a duplicate
         self._left: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
@@ -327,9 +327,10 @@ class Journal:
 
     def _left_domains(self, observation: Observation, uid: str | None) -> list[str]:
         """The domains an object no longer belongs to: its domain label was removed or changed (a Node at
-        teardown: its watch shows it without the label). Each view would hold the object for good, and the
-        domain's row with it, long after the domain is gone (found by bench/soak.py: a controller restarted
-        after 2,600 lifecycles replayed 2,562 rows of deleted domains, 50 MiB)."""
+        teardown, seen in the answer to our own PATCH, or moved on to the next domain). Each view would
+        hold the object for good, and the domain's row with it, long after the domain is gone (found by
+        bench/soak.py: a controller restarted after 2,600 lifecycles replayed 2,562 rows of deleted
+        domains, 50 MiB)."""
         if observation.resource.kind == "ComputeDomain":
             return []
         holders = self._holders.pop(observation.uid, set())

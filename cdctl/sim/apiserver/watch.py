@@ -4,7 +4,8 @@ The object store (cdctl.sim.apiserver.store) appends one `StoredEvent` per write
 the in-process stand-ins open a `Watcher` from a resourceVersion. An RV older than the
 retained window raises `Gone` (410).
 Selector changes are translated as the API server does: an object entering a watcher's selection arrives as
-ADDED, one leaving it as DELETED.
+ADDED, one leaving it as DELETED carrying the object as it was before (still matching the selection) with
+the event's resourceVersion (the watch cache's cache_watcher.go does the same).
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ class WatchEvent:
     encoded: dict[tuple[str, str], bytes] | None = field(default=None, compare=False, repr=False)
 
 
+def _left_selection(event: StoredEvent) -> dict[str, Any]:
+    """What a watch gets for an object that left its selection: the object before the write (so its labels
+    still say why it was watched) at the write's resourceVersion. The lines are cached per event under
+    DELETED, which only this translation produces for a MODIFIED event."""
+    assert event.previous is not None
+    meta = {**(event.previous.get("metadata") or {}), "resourceVersion": str(event.resource_version)}
+    return {**event.previous, "metadata": meta}
+
+
 class Watcher:
     """A queue of events for one watch; `None` in the queue means the server closed the watch."""
 
@@ -75,15 +85,17 @@ class Watcher:
             return
         now = self._selects(event.obj)
         before = self._selects(event.previous) if event.type == "MODIFIED" else now
+        obj = event.obj
         if event.type == "MODIFIED" and now and not before:
             kind = "ADDED"
         elif event.type == "MODIFIED" and before and not now:
             kind = "DELETED"
+            obj = _left_selection(event)
         elif now:
             kind = event.type
         else:
             return
-        self.queue.put_nowait(WatchEvent(kind, event.obj, event.storage_key, event.encoded))
+        self.queue.put_nowait(WatchEvent(kind, obj, event.storage_key, event.encoded))
 
     def close(self) -> None:
         if not self.closed:

@@ -115,6 +115,10 @@ async def test_label_change_out_of_selection_arrives_as_deleted(api: client.ApiC
         )
         events = await _collect(stream, 3)
     assert [e["type"] for e in events] == ["ADDED", "DELETED", "ADDED"]
+    # As the real watch cache sends it: the object before the change, at the change's resourceVersion.
+    left, back = events[1]["object"].metadata, events[2]["object"].metadata
+    assert left.labels == {"app": "x"}
+    assert int(left.resource_version) == int(back.resource_version) - 1
 
 
 async def test_field_selected_watch_of_custom_objects(api: client.ApiClient) -> None:
