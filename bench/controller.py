@@ -684,7 +684,9 @@ if __name__ == "__main__":
     if args.kubeconfig is not None:
         from bench.controller_real import lifecycle_on
 
-        real = asyncio.run(lifecycle_on(args.kubeconfig, args.domains, extra))
+        real = asyncio.run(lifecycle_on(args.kubeconfig, args.domains, extra, args.sample, args.profile))
+        if args.profile is not None:
+            args.profile.with_suffix(args.profile.suffix + ".txt").write_text(profile_summary(args.profile))
         result = {"benchmark": "controller", "at": datetime.now(UTC).isoformat(timespec="seconds"),
                   "machine": {"cpus": os.cpu_count(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
                   "lifecycle": real}  # fmt: skip

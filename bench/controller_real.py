@@ -41,6 +41,7 @@ DRIVER_NAMESPACE = "nvidia-dra"
 USER_NAMESPACE = "bench"
 KIT_RUN = Path(os.environ.get("REALK8S_CACHE", Path.home() / ".cache" / "cdctl-realk8s")) / "run"
 CONCURRENCY = 64  # creates and deletes in flight: as many as a busy client sends
+PHASE_LIMIT_S = 600.0  # a phase that has not converged by then will not: say what is missing
 _REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 _PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "DeviceClass": "deviceclasses"}
 CDS = f"/apis/resource.nvidia.com/v1beta1/namespaces/{USER_NAMESPACE}/computedomains"
@@ -80,6 +81,21 @@ async def request_counts(api: KubeApi) -> dict[str, float]:
         key = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
         counts[key] = counts.get(key, 0.0) + float(match.group("value"))
     return counts
+
+
+async def refuse_a_used_cluster(api: KubeApi) -> None:
+    """Stop with a clear line when the cluster already holds the project's admission policies or domains (a
+    real-tier run leaves its chart installed): they would refuse or skew what is measured."""
+    policies = await api.list_objects("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies")
+    ours = [p["metadata"]["name"] for p in policies.get("items", []) if "cdctl" in p["metadata"]["name"]]
+    domains = await api.list_objects("/apis/resource.nvidia.com/v1beta1/computedomains") if ours else {}
+    if ours or domains.get("items"):
+        raise SystemExit(
+            "bench/controller.py --kubeconfig: the cluster is not fresh (admission policies "
+            f"{', '.join(ours) or 'none'}; {len(domains.get('items', []))} ComputeDomains); "
+            "start a fresh one: "
+            "../shared/realk8s/stop.sh --wipe && ../shared/realk8s/start.sh"
+        )
 
 
 async def bootstrap(api: KubeApi) -> None:
@@ -164,8 +180,15 @@ class Mirror:
         return not any(informer.known() for informer in self.informers.values())
 
     async def until(self, done: Callable[[], bool], controller: ControllerProcess) -> None:
+        deadline = time.monotonic() + PHASE_LIMIT_S
         while not done():
             controller.check_alive()
+            if time.monotonic() > deadline:
+                counts = {kind: len(informer.known()) for kind, informer in self.informers.items()}
+                raise SystemExit(
+                    f"bench/controller.py --kubeconfig: not done after {PHASE_LIMIT_S:.0f} s (on the server: "
+                    f"{counts}); the controller's last line: {controller.last_line()}"
+                )
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
@@ -200,18 +223,25 @@ async def phase(
     }
 
 
-async def lifecycle_on(kubeconfig: Path, domains: int, extra_args: tuple[str, ...] = ()) -> dict[str, Any]:
+async def lifecycle_on(
+    kubeconfig: Path,
+    domains: int,
+    extra_args: tuple[str, ...] = (),
+    sample: Path | None = None,
+    profile: Path | None = None,
+) -> dict[str, Any]:
     client = await api_client(str(kubeconfig))
     api = KubeApi(client)
     work = Path(tempfile.mkdtemp(prefix="cdctl-bench-real-"))
     try:
+        await refuse_a_used_cluster(api)
         await bootstrap(api)
         controller = await ControllerProcess.start(
             kubeconfig, work / "controller.db", work / "controller.log", namespace=DRIVER_NAMESPACE,
-            extra_args=extra_args,
+            extra_args=extra_args, profile=profile,
         )  # fmt: skip
         try:
-            from bench.controller import until_quiet
+            from bench.controller import sampling, until_quiet
 
             await until_quiet(controller)
             started = {"cpu_s": round(controller.cpu_s(), 3), "rss_mib": controller.rss_mib()}
@@ -231,10 +261,12 @@ async def lifecycle_on(kubeconfig: Path, domains: int, extra_args: tuple[str, ..
             mirror = Mirror(api)
             mirror.start()
             try:
-                created = await phase(
-                    api, mirror, controller, domains, create, lambda: mirror.converged(domains)
-                )
-                deleted = await phase(api, mirror, controller, domains, delete, mirror.gone)
+                async with sampling(controller, sample, "create"):
+                    created = await phase(
+                        api, mirror, controller, domains, create, lambda: mirror.converged(domains)
+                    )
+                async with sampling(controller, sample, "delete"):
+                    deleted = await phase(api, mirror, controller, domains, delete, mirror.gone)
             finally:
                 await mirror.stop()
             peak = controller.peak_rss_mib()
@@ -257,4 +289,5 @@ async def lifecycle_on(kubeconfig: Path, domains: int, extra_args: tuple[str, ..
             created["controller_cpu_ms_per_domain"] + deleted["controller_cpu_ms_per_domain"], 2
         ),
         "peak_rss_mib": peak,
+        "profiled": profile is not None or sample is not None,
     }

@@ -7,7 +7,6 @@ Called once at controller start; `convert_claim_spec` is pure and unit-tested.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from cdctl.k8s.errors import NotFoundError
@@ -49,30 +48,32 @@ async def discover_resource_version(api: KubeApi, override: str | None = None) -
 
 
 def convert_claim_spec(spec: JsonObject, version: str) -> JsonObject:
-    """A v1 ResourceClaimSpec in the shape of `version` (v1 and v1beta2 are identical; v1beta1 is flat)."""
+    """A v1 ResourceClaimSpec in the shape of `version` (v1 and v1beta2 are identical; v1beta1 is flat).
+
+    `spec` is not changed; the result shares the parts that need no conversion with it (the controller renders
+    these on every reconcile, and copying whole objects cost more than rendering them)."""
     if version in ("v1", "v1beta2"):
-        return copy.deepcopy(spec)
+        return spec
     if version != "v1beta1":
         raise NoResourceApiError(f"cannot convert a claim spec to {RESOURCE_GROUP}/{version}")
-    converted = copy.deepcopy(spec)
-    devices: dict[str, Any] = converted.get("devices", {})
+    devices: dict[str, Any] = spec.get("devices", {})
+    if "requests" not in devices:
+        return spec
     flat_requests = []
-    for request in devices.get("requests", []):
+    for request in devices["requests"]:
         flat = {key: value for key, value in request.items() if key not in ("exactly", "firstAvailable")}
         flat.update(request.get("exactly", {}))
         if "firstAvailable" in request:
             flat["firstAvailable"] = request["firstAvailable"]
         flat_requests.append(flat)
-    if "requests" in devices:
-        devices["requests"] = flat_requests
-    return converted
+    return {**spec, "devices": {**devices, "requests": flat_requests}}
 
 
 def convert_claim_template(template: JsonObject, version: str) -> JsonObject:
-    """A v1 ResourceClaimTemplate rendered for `version`: apiVersion and the inner claim spec converted."""
-    converted = copy.deepcopy(template)
-    converted["apiVersion"] = f"{RESOURCE_GROUP}/{version}"
-    inner = converted.get("spec", {})
+    """A v1 ResourceClaimTemplate rendered for `version`: apiVersion and the inner claim spec converted
+    (`template` unchanged; unconverted parts shared, as in `convert_claim_spec`)."""
+    converted = {**template, "apiVersion": f"{RESOURCE_GROUP}/{version}"}
+    inner = template.get("spec", {})
     if "spec" in inner:
-        inner["spec"] = convert_claim_spec(inner["spec"], version)
+        converted["spec"] = {**inner, "spec": convert_claim_spec(inner["spec"], version)}
     return converted
