@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shutil
 import signal
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,15 @@ import structlog
 
 from cdctl.api import verbosity
 from cdctl.store import EventStore, InMemoryEventStore, SqliteEventStore
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A fresh directory directly under /tmp: a unix socket path is at most 107 bytes, and pytest's
+    tmp_path (longer still under pytest-xdist) can leave too little room for a socket inside it."""
+    directory = Path(tempfile.mkdtemp(prefix="cds", dir="/tmp"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from cdctl._proto.pluginregistration import (
     RegistrationStatusResponse,
     RegistrationStub,
 )
-from cdctl.domain.errors import CdctlError, RetriableError, clip
+from cdctl.domain.errors import CdctlError, PermanentError, RetriableError, clip
 from cdctl.plugin.devices import DRIVER_NAME, ClaimRef
 from cdctl.plugin.driver import ERROR_LIMIT, Driver
 from cdctl.plugin.health import HealthBoard
@@ -234,7 +234,18 @@ def _remove_socket(path: Path) -> None:
         path.unlink()
 
 
+# sun_path holds 108 bytes with its terminating NUL (Linux).
+MAX_SOCKET_PATH_BYTES = 107
+_SOCKET_FLAGS = "--kubelet-plugins-directory-path and --kubelet-registrar-directory-path"
+
+
 async def _start_unix(server: Server, path: Path) -> None:
+    length = len(os.fsencode(path))
+    if length > MAX_SOCKET_PATH_BYTES:
+        raise PermanentError(
+            f"kubelet plugin settings: socket path {path} is {length} bytes; a unix socket path is at most "
+            f"{MAX_SOCKET_PATH_BYTES}: choose shorter {_SOCKET_FLAGS}"
+        )
     _clear_socket_path(path)
     old = os.umask(0o177)  # the socket is created owner-only, with no window of wider permissions
     try:
@@ -263,6 +274,7 @@ class PluginServers:
         self._reg = with_unimplemented_fallback(Server([self.registration], codec=RequestCodec()))
         self._health_port = health_port
         self._health: Server | None = None
+        self._started: list[Server] = []  # a start that failed half-way closes only what it started
         self.bound_health_port: int | None = None
 
     async def healthy(self) -> bool:
@@ -270,10 +282,13 @@ class PluginServers:
 
     async def start(self) -> None:
         await _start_unix(self._dra, self.paths.dra)
+        self._started.append(self._dra)
         await _start_unix(self._reg, self.paths.registration)
+        self._started.append(self._reg)
         if self._health_port >= 0:
             self._health = Server([_health_service(self.healthy)])
             await self._health.start(host="0.0.0.0", port=self._health_port)
+            self._started.append(self._health)
             sockets = getattr(self._health._server, "sockets", None) or ()
             self.bound_health_port = sockets[0].getsockname()[1] if sockets else self._health_port
         log.info("serving", dra=str(self.paths.dra), registration=str(self.paths.registration),
@@ -288,12 +303,13 @@ class PluginServers:
         if not await _requests_finished(self._dra, STREAM_END_TIMEOUT_S):
             log.warning("requests still in flight at close", health_streams=self.board.watchers)
         await self._close_server(self._dra, self.paths.dra)
-        if self._health is not None:
+        if self._health is not None and self._health in self._started:
             self._health.close()
             await self._health.wait_closed()
+        self._started.clear()
 
-    @staticmethod
-    async def _close_server(server: Server, path: Path) -> None:
-        server.close()
-        await server.wait_closed()
+    async def _close_server(self, server: Server, path: Path) -> None:
+        if server in self._started:
+            server.close()
+            await server.wait_closed()
         _remove_socket(path)

@@ -166,8 +166,15 @@ async def serving_plugin(
     stop = asyncio.Event()
     process = PluginProcess(cfg, device_lib=nvml.FakeDeviceLib(cluster_uuid=U, clique_id=7))
     task = asyncio.create_task(process.run(stop))
+
+    async def published() -> list[str] | None:
+        if task.done():  # the plugin failed to start: its error, not a wait for a slice that cannot come
+            task.result()
+            raise AssertionError("the plugin stopped before it published its slice")
+        return await slice_devices(api)
+
     try:
-        await until(lambda: slice_devices(api), "slice")
+        await until(published, "slice")
         assert process.servers is not None
         channel = Channel(path=str(process.servers.paths.dra))
         try:

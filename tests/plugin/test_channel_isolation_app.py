@@ -59,8 +59,8 @@ async def shared_daemon_pod(api: KubeApi, ready: bool) -> None:
     await api.replace(f"{path}/imex-daemon-a/status", created)
 
 
-async def test_consumable_device_where_the_server_keeps_it(tmp_path: Path) -> None:
-    base = tmp_path
+async def test_consumable_device_where_the_server_keeps_it(short_dir: Path) -> None:
+    base = short_dir
     from cdctl.k8s.plugincluster import connect, disconnect
     from cdctl.sim.apiserver.settings import ServerSettings
     from cdctl.sim.rack.chart import crds

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +37,6 @@ HEALTHY = [
     DeviceReport("node-a", "channel-0", Health.HEALTHY, "NVLink fabric COMPLETED"),
     DeviceReport("node-a", "daemon-0", Health.HEALTHY, "no IMEX daemon prepared on this node"),
 ]
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="cdh", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

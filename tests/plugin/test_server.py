@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import stat
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,18 +18,11 @@ from structlog.testing import capture_logs
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
 from cdctl._proto.pluginregistration import InfoRequest, RegistrationStatus, RegistrationStub
+from cdctl.domain.errors import PermanentError
 from cdctl.plugin.driver import Driver, RetryPolicy
 from cdctl.plugin.server import PluginServers, ServerPaths
 from tests.plugin.conftest import Node
 from tests.plugin.fakes import C1, DOM1, MISSING, NEVER, channel_claim
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer
-    d = Path(tempfile.mkdtemp(prefix="cdp", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @dataclass
@@ -169,3 +160,20 @@ async def test_health_is_serving_only_while_both_sockets_answer(running: Running
         assert reply.status == HealthCheckResponse.NOT_SERVING
     finally:
         channel.close()
+
+
+async def test_a_socket_path_too_long_for_unix_is_named_and_a_failed_start_closes_cleanly(
+    node: Node, short_dir: Path
+) -> None:
+    deep = short_dir / ("d" * 100)
+    paths = ServerPaths(short_dir / "registry", deep / "compute-domain.nvidia.com")
+    servers = PluginServers(paths, Driver(node.state, node.cluster), lambda: None)
+    with pytest.raises(PermanentError) as refused:
+        await servers.start()
+    length = len(str(paths.dra).encode())
+    assert str(refused.value) == (
+        f"kubelet plugin settings: socket path {paths.dra} is {length} bytes; a unix socket path is at most "
+        "107: choose shorter --kubelet-plugins-directory-path and --kubelet-registrar-directory-path"
+    )
+    await servers.close()  # nothing was started: nothing to close, and no error hiding the first one
+    assert not paths.dra.exists() and not paths.registration.exists()
