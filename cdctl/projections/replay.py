@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cdctl.domain.errors import CompactedAway, LogTampered
+from cdctl.domain.errors import CompactedAway, LogTampered, clip
 from cdctl.domain.events import RecordedEvent
 from cdctl.projections.base import Key, Projection, Router, Row, apply_to_table, in_log_order
 from cdctl.projections.sinks import ViewSink, decode_snapshot
@@ -253,13 +253,28 @@ async def verify_projections(
             culprit = (rebuilt.get(key) or stored.get(key) or {}).get("position")
             where = f"position {culprit}" if culprit is not None else "unknown position"
             report.problems.append(
-                f"projection {projection.name}: row {list(key)} differs from the rebuilt one ({where})"
+                f"projection {projection.name}: row {list(key)} differs from the rebuilt one ({where}; "
+                f"{_difference(stored.get(key), rebuilt.get(key))})"
             )
             if culprit is not None and (
                 report.first_bad_position is None or culprit < report.first_bad_position
             ):
                 report.first_bad_position = int(culprit)
             break
+
+
+def _difference(stored: Row | None, rebuilt: Row | None) -> str:
+    """What a verify problem says of one row: the side it is missing from, or each column that differs."""
+    if stored is None:
+        return "missing from the table"
+    if rebuilt is None:
+        return "not in the rebuilt table"
+    columns = [c for c in dict.fromkeys([*stored, *rebuilt]) if stored.get(c) != rebuilt.get(c)]
+    return "; ".join(f"{c}: table {_shown(stored.get(c))}, rebuilt {_shown(rebuilt.get(c))}" for c in columns)
+
+
+def _shown(value: Any) -> str:
+    return clip(repr(str(value) if isinstance(value, str) else value), 80)  # an enum member as its value
 
 
 def _same(stored: Row | None, rebuilt: Row | None) -> bool:

@@ -168,6 +168,7 @@ async def test_verify_notices_a_projection_row_that_differs(tmp_path: Path) -> N
         report = VerifyReport()
         await verify_projections(store, lifecycle_projections(), SqliteSink(store), report)
     assert not report.ok and "claim_lifecycle" in report.problems[0] and report.first_bad_position == 5
+    assert report.problems[0].endswith("(position 5; state: table 'X', rebuilt 'PrepareFailed')")
 
 
 async def test_read_only_stores_cannot_host_a_runner(tmp_path: Path) -> None:
