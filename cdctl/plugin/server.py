@@ -35,6 +35,7 @@ from cdctl._proto.pluginregistration import (
     RegistrationStub,
 )
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError, clip
+from cdctl.plugin.connections import close_connections, tracking
 from cdctl.plugin.devices import DRIVER_NAME, ClaimRef
 from cdctl.plugin.driver import ERROR_LIMIT, Driver
 from cdctl.plugin.health import HealthBoard
@@ -270,8 +271,8 @@ class PluginServers:
         self.registration = Registration(str(paths.dra), on_registered)
         self.board = board or HealthBoard()
         dra: list[Any] = [DraV1(driver), DraV1beta1(driver), HealthV1alpha1(self.board), HealthV1(self.board)]
-        self._dra = with_unimplemented_fallback(Server(dra, codec=RequestCodec()))
-        self._reg = with_unimplemented_fallback(Server([self.registration], codec=RequestCodec()))
+        self._dra = tracking(with_unimplemented_fallback(Server(dra, codec=RequestCodec())))
+        self._reg = tracking(with_unimplemented_fallback(Server([self.registration], codec=RequestCodec())))
         self._health_port = health_port
         self._health: Server | None = None
         self._started: list[Server] = []  # a start that failed half-way closes only what it started
@@ -286,7 +287,7 @@ class PluginServers:
         await _start_unix(self._reg, self.paths.registration)
         self._started.append(self._reg)
         if self._health_port >= 0:
-            self._health = Server([_health_service(self.healthy)])
+            self._health = tracking(Server([_health_service(self.healthy)]))
             await self._health.start(host="0.0.0.0", port=self._health_port)
             self._started.append(self._health)
             sockets = getattr(self._health._server, "sockets", None) or ()
@@ -306,10 +307,12 @@ class PluginServers:
         if self._health is not None and self._health in self._started:
             self._health.close()
             await self._health.wait_closed()
+            close_connections(self._health)
         self._started.clear()
 
     async def _close_server(self, server: Server, path: Path) -> None:
         if server in self._started:
             server.close()
             await server.wait_closed()
+            close_connections(server)  # a client that keeps its connection holds none of ours
         _remove_socket(path)

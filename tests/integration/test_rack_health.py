@@ -17,6 +17,7 @@ from grpclib.server import Server
 
 from cdctl._proto import v1alpha1 as health_v1alpha1
 from cdctl.plugin.app import PluginProcess
+from cdctl.plugin.connections import close_connections, tracking
 from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.node.healthwatch import HealthWatch
 from cdctl.sim.node.topology import FabricState, NodeDeviceLib
@@ -96,7 +97,7 @@ class FailingHealth(health_v1alpha1.DraResourceHealthBase):
 
 
 async def test_an_error_on_the_health_stream_is_recorded_and_retried(work_dir: Path) -> None:
-    server = Server([FailingHealth()])
+    server = tracking(Server([FailingHealth()]))
     sock = work_dir / "dra.sock"
     await server.start(path=str(sock))
     watch = HealthWatch("n1", reopen_s=0.1)
@@ -108,3 +109,4 @@ async def test_an_error_on_the_health_stream_is_recorded_and_retried(work_dir: P
         await watch.stop()
         server.close()
         await asyncio.wait_for(server.wait_closed(), 30)
+        close_connections(server)  # the watch's last connection, cut while it was being made

@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
 from cdctl._proto.pluginregistration import InfoRequest, RegistrationStatus, RegistrationStub
 from cdctl.domain.errors import PermanentError
+from cdctl.plugin.connections import open_connections
 from cdctl.plugin.driver import Driver, RetryPolicy
 from cdctl.plugin.server import PluginServers, ServerPaths
 from tests.plugin.conftest import Node
@@ -177,3 +178,21 @@ async def test_a_socket_path_too_long_for_unix_is_named_and_a_failed_start_close
     )
     await servers.close()  # nothing was started: nothing to close, and no error hiding the first one
     assert not paths.dra.exists() and not paths.registration.exists()
+
+
+async def test_closing_the_servers_ends_the_connections_a_client_kept(node: Node, short_dir: Path) -> None:
+    paths = ServerPaths(short_dir / "registry", short_dir / "plugins" / "compute-domain.nvidia.com")
+    servers = PluginServers(paths, Driver(node.state, node.cluster), lambda: None)
+    await servers.start()
+    kept = [Channel(path=str(paths.registration)), Channel(path=str(paths.dra))]
+    try:
+        await RegistrationStub(kept[0]).get_info(InfoRequest())
+        await v1.DraPluginStub(kept[1]).node_prepare_resources(v1.NodePrepareResourcesRequest())
+        dra, registration = servers._dra, servers._reg
+        assert (open_connections(registration), open_connections(dra)) == (1, 1)
+        await servers.close()
+        # grpclib alone leaves both open until the client hangs up: a socket of a closed server
+        assert (open_connections(registration), open_connections(dra)) == (0, 0)
+    finally:
+        for channel in kept:
+            channel.close()
