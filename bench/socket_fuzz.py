@@ -22,6 +22,7 @@ Writes bench/results/socket-fuzz-<UTC time>.json.
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
 import collections
 import json
@@ -91,7 +92,9 @@ async def run(calls: int, seed: int, reconnect_every: int) -> dict[str, Any]:
     await target.start()
     rng = random.Random(seed)
     statuses: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    latency: dict[str, list[float]] = collections.defaultdict(list)
+    # Preallocated: the bench's own samples must not grow the process whose RSS it watches.
+    seconds = array.array("d", bytes(8 * calls))
+    method_of = array.array("B", bytes(calls))
     crashes: list[dict[str, Any]] = []
     at_warm: dict[str, float] = {}
     rss_over_time: list[tuple[int, float]] = []
@@ -113,7 +116,8 @@ async def run(calls: int, seed: int, reconnect_every: int) -> dict[str, Any]:
             )
             t0 = time.perf_counter()
             answer = await target.send(method, body)
-            latency[method.path].append(time.perf_counter() - t0)
+            seconds[i] = time.perf_counter() - t0
+            method_of[i] = METHODS.index(method)
             statuses[method.path][answer.status.name] += 1
             if answer.status.name not in ("OK", "INVALID_ARGUMENT") and len(crashes) < 20:
                 crashes.append({"method": method.path, "body": body.hex(), "status": answer.status.name,
@@ -126,7 +130,10 @@ async def run(calls: int, seed: int, reconnect_every: int) -> dict[str, Any]:
     records = len(list(target.book.records())) if target.book else 0
     compactions = target.retention.rounds if target.retention else 0
     await target.close()
-    every = [x for v in latency.values() for x in v]
+    every = list(seconds)
+    latency: dict[str, list[float]] = collections.defaultdict(list)
+    for taken, index in zip(seconds, method_of, strict=True):
+        latency[METHODS[index].path].append(taken)
     unexpected = sum(
         n for c in statuses.values() for s, n in c.items() if s not in ("OK", "INVALID_ARGUMENT")
     )

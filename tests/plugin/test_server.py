@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1, v1beta1
 from cdctl._proto.pluginregistration import InfoRequest, RegistrationStatus, RegistrationStub
 from cdctl.domain.errors import PermanentError
-from cdctl.plugin.connections import open_connections
+from cdctl.plugin.connections import _TRACKED, CLOSED_STREAMS_KEPT, open_connections
 from cdctl.plugin.driver import Driver, RetryPolicy
 from cdctl.plugin.server import PluginServers, ServerPaths
 from tests.plugin.conftest import Node
@@ -196,3 +196,16 @@ async def test_closing_the_servers_ends_the_connections_a_client_kept(node: Node
     finally:
         for channel in kept:
             channel.close()
+
+
+async def test_a_long_lived_connection_remembers_a_bounded_number_of_closed_streams(running: Running) -> None:
+    channel = Channel(path=str(running.paths.registration))
+    try:
+        stub = RegistrationStub(channel)
+        for _ in range(CLOSED_STREAMS_KEPT + 100):
+            await stub.get_info(InfoRequest())
+        (protocol,) = _TRACKED[running.servers._reg]
+        # h2 alone keeps 65,536 per connection: ~6 MiB that a kubelet's connection would hold for good
+        assert len(protocol.connection._connection._closed_streams) == CLOSED_STREAMS_KEPT
+    finally:
+        channel.close()
