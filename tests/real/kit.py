@@ -224,7 +224,9 @@ class HollowNode:
         """Every container the fake runtime was asked to create, oldest first, with `ok` from its name and
         `file`, the record's name (one per create: it holds the time in nanoseconds)."""
         found = []
-        for path in sorted(self.containers.glob("*.json"), key=lambda p: p.name.rsplit("_", 2)[-2]):
+        # pathlib's glob also matches dot files: the fake runtime writes `.<name>` and renames it when done
+        written = [p for p in self.containers.glob("*.json") if not p.name.startswith(".")]
+        for path in sorted(written, key=lambda p: p.name.rsplit("_", 2)[-2]):
             record = json.loads(path.read_text())
             record["ok"] = path.name.endswith("_ok.json")
             record["file"] = path.name
