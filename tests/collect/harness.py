@@ -26,8 +26,7 @@ from cdctl.domain.events import Actor, DomainEvent, NewEvent
 from cdctl.k8s.plugincluster import connect, disconnect
 from cdctl.k8s.rest import KubeApi
 from cdctl.k8s.tokens import TokenReviewer
-from cdctl.sim.apiserver.server import ApiServer
-from cdctl.sim.rack.componentpods import free_port
+from cdctl.sim.apiserver.server import ApiServer, free_port
 from cdctl.store import SqliteEventStore
 from cdctl.store.collected import EVENT_COLUMNS, CollectedFile, Fetch, Source
 from cdctl.store.export import ExportRequest, LogRef, export_lines

@@ -28,7 +28,6 @@ import asyncio
 import base64
 import contextlib
 import os
-import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -41,6 +40,7 @@ import yaml
 from helm_python import chart as hc
 
 from cdctl.domain.computedomains import DRIVER_NAME
+from cdctl.sim.apiserver.server import free_port
 from cdctl.sim.node import fakeimex
 from cdctl.sim.node.daemonruntime import DaemonPodRuntime
 from cdctl.sim.node.fakedriver import DriverFiles, write_driver_files
@@ -73,12 +73,6 @@ class RealSettings:
         if self.isolation != "domain":
             values["resources"] = {"computeDomains": {"imex": {"isolation": self.isolation}}}
         return chart._coalesce(values, self.values)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def eventually(what: str, check: Callable[[], Awaitable[Any]], timeout_s: float = 60.0) -> Any:

@@ -10,17 +10,13 @@ from pathlib import Path
 
 from kubernetes_asyncio import client, config
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from cdctl.sim.apiserver.server import FREE_PORT_RANGE, free_port
 
 
 async def test_apiserver_command_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     # The `sim` click group is what `cdctl sim` mounts; running it directly keeps this test to this command.
     kubeconfig = tmp_path / "kubeconfig"
-    port = _free_port()
+    port = free_port()
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -56,7 +52,7 @@ async def test_cluster_command_registers_a_node_per_simulated_node(tmp_path: Pat
         "from cdctl.cli.sim import sim; sim()",
         "cluster",
         "--port",
-        str(_free_port()),
+        str(free_port()),
         "--kubeconfig-out",
         str(kubeconfig),
         "--nodes-per-rack",
@@ -81,3 +77,13 @@ async def test_cluster_command_registers_a_node_per_simulated_node(tmp_path: Pat
         async with asyncio.timeout(30):
             code = await process.wait()
     assert code == 0
+
+
+def test_a_free_port_lies_outside_the_kernels_ephemeral_range_and_can_be_bound() -> None:
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for _ in range(20):
+        port = free_port()
+        assert FREE_PORT_RANGE[0] <= port <= FREE_PORT_RANGE[1]
+        assert not low <= port <= high  # no client connection can hold it as its source port
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", port))

@@ -16,6 +16,7 @@ subresource to the local processes that serve each pod's IP and port (cdctl.sim.
 from __future__ import annotations
 
 import asyncio
+import random
 import signal
 import socket
 import sys
@@ -75,7 +76,7 @@ class ApiServer(StartStop):
         if self._runner is not None:
             return
         if self.settings.port == 0:
-            self.settings.port = _free_port(self.settings.host)
+            self.settings.port = free_port(self.settings.host)
         app = build_app(self.store, self.settings, self.faults, self.rbac, self.audit, self.pod_network)
         app.on_response_prepare.append(self.requests.on_response_prepare)
         runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
@@ -139,10 +140,24 @@ class ApiServer(StartStop):
         return path
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+# Below Linux's default ephemeral range (32768-60999), from which the kernel picks both a port for `bind(0)`
+# and the source port of every outgoing connection: a port probed free there was sometimes the source port of
+# a client's connection by the time the component bound it (EADDRINUSE, seen in CI). Here only another
+# explicit bind can collide, and the random pick makes that unlikely.
+FREE_PORT_RANGE = (20000, 32767)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a server a component starts later (it must bind it itself)."""
+    for _ in range(200):
+        port = random.randint(*FREE_PORT_RANGE)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port on {host} in {FREE_PORT_RANGE[0]}-{FREE_PORT_RANGE[1]} after 200 tries")
 
 
 async def serve_until_stopped(settings: ServerSettings, kubeconfig_out: Path | None = None) -> None:

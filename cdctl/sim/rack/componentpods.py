@@ -17,24 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from typing import Any
 
 from cdctl.sim.apiserver.errors import AlreadyExists
 from cdctl.sim.apiserver.proxy import PodNetwork
+from cdctl.sim.apiserver.server import free_port
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.rack.chart import CHART_NAME
 
 LOCAL_HOST = "127.0.0.1"
 CONTAINER = {"controller": "controller", "kubelet-plugin": "compute-domains"}
-
-
-def free_port(host: str = LOCAL_HOST) -> int:
-    """A port nothing listens on now (for a component's HTTP server)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 def component_pod(

@@ -21,8 +21,7 @@ from cdctl.k8s.tokens import mint_token
 from cdctl.sim.apiserver import identity
 from cdctl.sim.apiserver.identity import issue_token, review_token, user_token
 from cdctl.sim.apiserver.rbac import request_attributes
-from cdctl.sim.apiserver.server import ApiServer
-from cdctl.sim.rack.componentpods import free_port
+from cdctl.sim.apiserver.server import ApiServer, free_port
 
 NS = "ops"
 UNREACHABLE = "error trying to reach service: dial tcp"
