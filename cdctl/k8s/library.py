@@ -70,12 +70,10 @@ def load() -> bool:
     with _lock:
         if ROOT in sys.modules:
             return False
-        made: list[str] = []
         try:
             for name in DEFERRED:
                 if _deferred(name) is None:
                     raise ImportError(f"{name} is not a package")
-                made.append(name)
             client = sys.modules[f"{ROOT}.client"]
             for attribute, source in EAGER.items():
                 setattr(client, attribute, getattr(importlib.import_module(source), attribute))

@@ -53,12 +53,12 @@ def tracking(server: Server) -> Server:
 
 def open_connections(server: Server) -> int:
     """How many accepted connections of a tracked `server` are still open."""
-    return sum(1 for _ in _still_open(server))
+    return len(_still_open(server))
 
 
 def close_connections(server: Server) -> int:
     """Close the accepted connections of a tracked `server` that are still open; how many there were."""
-    left = list(_still_open(server))
+    left = _still_open(server)
     for protocol in left:
         protocol.connection.close()
     return len(left)

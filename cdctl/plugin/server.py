@@ -304,15 +304,15 @@ class PluginServers:
         if not await _requests_finished(self._dra, STREAM_END_TIMEOUT_S):
             log.warning("requests still in flight at close", health_streams=self.board.watchers)
         await self._close_server(self._dra, self.paths.dra)
-        if self._health is not None and self._health in self._started:
-            self._health.close()
-            await self._health.wait_closed()
-            close_connections(self._health)
+        if self._health is not None:
+            await self._close_server(self._health, None)
         self._started.clear()
 
-    async def _close_server(self, server: Server, path: Path) -> None:
+    async def _close_server(self, server: Server, path: Path | None) -> None:
+        """Close `server` if it was started, then its unix socket's path (`path`), if it has one."""
         if server in self._started:
             server.close()
             await server.wait_closed()
             close_connections(server)  # a client that keeps its connection holds none of ours
-        _remove_socket(path)
+        if path is not None:
+            _remove_socket(path)
