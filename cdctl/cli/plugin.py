@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from cdctl.api.gates import parse_feature_gates
+from cdctl.api.imexgate import HOLD_S
 from cdctl.api.isolation import ImexIsolation
 from cdctl.cli.errors import fail, guarded
 from cdctl.cli.isolation import checked, isolation_options
@@ -233,6 +234,15 @@ def _slots(value: int, *, field: str) -> int:
     type=float,
     help="Seconds between NVML probes: device health, and waiting for a fabric that is not COMPLETED.",
 )
+@click.option(
+    "--imex-handover-hold",
+    envvar="IMEX_HANDOVER_HOLD",
+    default=HOLD_S,
+    show_default=True,
+    type=click.FloatRange(min=0.0),
+    help="Seconds a claim handed an IMEX channel keeps a planned IMEX restart on its node back: the time "
+    "its workload has to start (docs/channel-isolation.md, Readiness).",
+)
 @isolation_options
 @click.option(
     "--channel-slots",
@@ -297,6 +307,7 @@ def kubelet_plugin(
     boot_id_path: str,
     resource_api_version: str | None,
     fabric_reprobe_interval: float,
+    imex_handover_hold: float,
     imex_isolation: ImexIsolation,
     channel_slots: int,
     imex_channel_count: int,
@@ -333,6 +344,7 @@ def kubelet_plugin(
         boot_id_path=boot_id_path,
         resource_api_version=resource_api_version,
         fabric_reprobe_s=fabric_reprobe_interval,
+        handover_hold_s=imex_handover_hold,
         gpu_clique_label=gpu_clique_label,
         clique_refresh_s=clique_refresh_interval,
         http_endpoint=http_endpoint,

@@ -5,7 +5,8 @@ section 3.2, without its quirks): refuse to start without the plugin's CDI edits
 merge-patch the pod's clique label; with an empty clique ID idle until stopped; otherwise render `imexd.cfg`
 from the plugin's template (bind IP = pod IP, node list path), write the DNS-names node list, then follow the
 clique (or the domain's status without the ComputeDomainCliques gate) into cdctl.daemon.peers while the
-readiness monitor runs. A fatal error in either ends the run with that error (non-zero exit), after IMEX was
+readiness monitor runs and keeps the handover gate (cdctl.daemon.gate) the kubelet plugin checks before it
+hands out a channel. A fatal error in either ends the run with that error (non-zero exit), after IMEX was
 stopped (SIGTERM, wait) and the stop recorded. While the log is open the retention loop compacts it under
 the settings' policy (cdctl.projections.retention; the daemon resumes from no projection).
 
@@ -26,6 +27,7 @@ import structlog
 from cdctl.asynctasks import run_until_first_ends
 from cdctl.daemon.check import CheckSettings, shared_clique
 from cdctl.daemon.files import write_config, write_node_list
+from cdctl.daemon.gate import DaemonGate
 from cdctl.daemon.journal import Journal
 from cdctl.daemon.peers import PeerUpdater
 from cdctl.daemon.readiness import ReadinessMonitor
@@ -152,6 +154,8 @@ class DaemonApp:
 
     async def _supervise(self, api: KubeApi, journal: Journal, stop: asyncio.Event) -> None:
         s = self.settings
+        gate = DaemonGate(s.imexd_dir)
+        gate.reset()  # a gate a killed predecessor left behind says nothing about this daemon's IMEX
         await asyncio.to_thread(self._write_files)
         supervisor = ImexSupervisor(
             [s.imex_binary, "-c", str(s.config_path)],
@@ -159,10 +163,15 @@ class DaemonApp:
             journal.record,
             backoff_s=s.restart_backoff_s,
             backoff_max_s=s.restart_backoff_max_s,
+            gate=gate,
         )
         updater = PeerUpdater(s, supervisor, journal)
         monitor = ReadinessMonitor(
-            CheckSettings(s.clique_id, s.imexd_dir, s.ctl_binary), s.node_name, journal, s.readiness_period_s
+            CheckSettings(s.clique_id, s.imexd_dir, s.ctl_binary),
+            s.node_name,
+            journal,
+            s.readiness_period_s,
+            gate,
         )
 
         async def follow() -> None:
@@ -189,5 +198,6 @@ class DaemonApp:
             )
         finally:
             await supervisor.stop()
+            gate.reset()
         if not stop.is_set():
             raise RetriableError("the peer watch ended unexpectedly")

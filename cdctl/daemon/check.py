@@ -3,8 +3,10 @@
 Called every few seconds on every node (by `cdctl daemon check` in cdctl.cli.daemon, and by the daemon's own
 readiness monitor), so it imports the standard library only. With an empty clique ID there is nothing to
 check (the node is outside any NVLink fabric). Otherwise it runs `nvidia-imex-ctl -c <imexd>/imexd.cfg -q`
-and succeeds only when the answer is exactly `READY`; any other answer, a non-zero exit, a missing binary or
-a timeout is a `NotReady` carrying what the daemon said.
+and succeeds only when the answer is exactly `READY` and (`gated`, the pod's probes) the daemon has opened
+the handover gate for that IMEX (cdctl.api.imexgate): the pod turns not Ready when the daemon closes the gate
+before a restart, not three failed probes after IMEX went away. Any other answer, a non-zero exit, a missing
+binary, a timeout or a closed gate is a `NotReady` carrying what was found.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import asyncio
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from cdctl.api.imexgate import gate_state
 
 CONFIG_NAME = "imexd.cfg"  # the same name as cdctl.domain.imex.CONFIG_NAME, kept import-free here
 EMPTY_CLIQUE_MESSAGE = "check succeeded (noop, clique ID is empty)"
@@ -47,6 +51,7 @@ class CheckSettings:
     imexd_dir: Path
     ctl_binary: str = "nvidia-imex-ctl"
     timeout_s: float = 10.0
+    gated: bool = True  # the daemon's own monitor asks IMEX alone: it is what opens the gate
 
     @property
     def config_path(self) -> Path:
@@ -60,11 +65,13 @@ def _one_line(text: str) -> str:
     return " | ".join(line.strip() for line in text.strip().splitlines() if line.strip()) or "(no output)"
 
 
-def _verdict(returncode: int, output: str) -> str:
+def _verdict(settings: CheckSettings, returncode: int, output: str) -> str:
     if returncode != 0:
         raise NotReady(f"nvidia-imex-ctl exited with {returncode}: {_one_line(output)}")
     if output.strip() != READY_ANSWER:
         raise NotReady(_one_line(output))
+    if settings.gated and (closed := gate_state(settings.imexd_dir)) is not None:
+        raise NotReady(f"IMEX answered READY, but the handover gate is closed: {closed}")
     return READY_ANSWER
 
 
@@ -84,7 +91,7 @@ def check(settings: CheckSettings) -> str:
         raise NotReady(f"{settings.ctl_binary} not found on PATH") from None
     except subprocess.TimeoutExpired:
         raise NotReady(f"nvidia-imex-ctl did not answer within {settings.timeout_s:g}s") from None
-    return _verdict(done.returncode, done.stdout.decode(errors="replace"))
+    return _verdict(settings, done.returncode, done.stdout.decode(errors="replace"))
 
 
 async def check_async(settings: CheckSettings) -> str:
@@ -105,4 +112,4 @@ async def check_async(settings: CheckSettings) -> str:
         await process.wait()
         raise NotReady(f"nvidia-imex-ctl did not answer within {settings.timeout_s:g}s") from None
     assert process.returncode is not None
-    return _verdict(process.returncode, output.decode(errors="replace"))
+    return _verdict(settings, process.returncode, output.decode(errors="replace"))

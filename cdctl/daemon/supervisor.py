@@ -8,7 +8,9 @@ that starts at `backoff_s`, doubles up to `backoff_max_s`, and resets once a chi
 A restart that cannot start the child sets `failed` (with `error`) for the caller to end on. The child
 inherits the daemon's stdout and stderr, as in the Go driver. `stop()` sends SIGTERM and waits. `on_spawn`,
 when set, is called just before each child is started, whoever starts it (cdctl.daemon.peers notes which slot
-the new IMEX will take its node id from).
+the new IMEX will take its node id from). With a `gate` (cdctl.daemon.gate) the handover gate closes at every
+start and exit of a child, and a `restart` drains it before it stops the child, so that no claim handed a
+channel a moment ago finds its IMEX gone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import structlog
 
+from cdctl.daemon.gate import DaemonGate
 from cdctl.domain.errors import CdctlError, PermanentError
 from cdctl.domain.events import DomainEvent
 from cdctl.domain.imex import ImexExited, ImexStarted, exit_description
@@ -56,7 +59,9 @@ class ImexSupervisor:
         backoff_max_s: float = 30.0,
         stable_s: float = 60.0,
         signal_grace_s: float = 2.0,
+        gate: DaemonGate | None = None,
     ) -> None:
+        self.gate = gate
         self.argv = argv
         self.node = node
         self.record = record
@@ -91,8 +96,11 @@ class ImexSupervisor:
             return True
 
     async def restart(self, reason: str) -> None:
-        """Stop the child (SIGTERM, wait) and start a new one; errors here are fatal to the daemon."""
+        """Stop the child (SIGTERM, wait) and start a new one; errors here are fatal to the daemon. With a
+        gate, the gate is drained first (the child keeps running until it is)."""
         async with self._lock:
+            if self.gate is not None and self.running:
+                await self.gate.drain(reason)
             await self._terminate(reason)
             await self._cancel_watcher()
             await self._spawn(reason)
@@ -131,6 +139,7 @@ class ImexSupervisor:
                 await asyncio.wait([self._reload])
             await self._cancel_watcher()
             await self._terminate(reason)
+            self._imex_changed()
 
     def _restart_pending(self) -> bool:
         return self._watcher is not None and not self._watcher.done() and not self.running
@@ -142,7 +151,12 @@ class ImexSupervisor:
         watcher.cancel()
         await asyncio.wait([watcher])
 
+    def _imex_changed(self) -> None:
+        if self.gate is not None:
+            self.gate.imex_changed()
+
     async def _spawn(self, reason: str) -> None:
+        self._imex_changed()
         if self.on_spawn is not None:
             self.on_spawn()
         try:
@@ -161,6 +175,7 @@ class ImexSupervisor:
         process = self.process
         if process is None or process.returncode is not None:
             return
+        self._imex_changed()
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
         returncode = await process.wait()
@@ -170,6 +185,8 @@ class ImexSupervisor:
 
     async def _watch(self, process: asyncio.subprocess.Process) -> None:
         returncode = await process.wait()
+        if self.process is process:
+            self._imex_changed()  # at once: nobody may be handed a channel on an IMEX that is gone
         async with self._lock:
             if self._stopping or self.process is not process:
                 return

@@ -259,6 +259,7 @@ class PluginProcess:
             isolation=cfg.isolation,
             channel_slots=self.shared.slots if self.shared else 0,
             channel_count=cfg.channel_count,
+            handover_hold_s=cfg.handover_hold_s,
         )
         self.state = DeviceState(settings, book, self.cluster, self.fabric)
         removed = self.state.remove_orphan_specs()

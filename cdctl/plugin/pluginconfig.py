@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdctl.api import gates as fg
+from cdctl.api.imexgate import HOLD_S
 from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, ImexIsolation
 from cdctl.domain.retention import RetentionPolicy
 from cdctl.k8s.resourceslices import PublishedDevice
@@ -58,6 +59,7 @@ class PluginConfig:
     # the claim as the Go plugin does. See cdctl.k8s.plugincluster and cdctl.plugin.driver.
     watch_claims: bool = False
     fabric_reprobe_s: float = 15.0  # NVML probe period: device health, and waiting for the fabric
+    handover_hold_s: float = HOLD_S  # a claim handed a channel keeps a planned IMEX restart back this long
     gpu_clique_label: bool = False  # set nvidia.com/gpu.clique on this node (upstream PR 1247)
     clique_refresh_s: float = DEFAULT_REFRESH_S  # how often the clique is re-read
     host_root: Path = Path("/")  # where /proc and /sys of the host are read (single-node NVLink detection)

@@ -7,6 +7,7 @@ unreachable, another domain's label on the node) and PermanentError for the rest
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 from cdctl.api.refs import DomainInfo
@@ -63,3 +64,18 @@ class ClusterPort(Protocol):
 
     async def node_event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
         """Record a Kubernetes Event on the Node (best effort)."""
+
+
+class HandoverPort(Protocol):
+    """The node's IMEX handover gates (cdctl.api.imexgate): files in the IMEX daemons' directories, a fake in
+    the tests."""
+
+    def hold(self, directory: Path, claim_uid: str) -> str | None:
+        """Hold the IMEX of `directory` for the claim, then read its gate: None when open; else why it is
+        closed, the hold already released."""
+
+    async def until_open(self, directory: Path) -> None:
+        """Return once the gate is open (the caller bounds the wait)."""
+
+    def release(self, directory: Path, claim_uid: str) -> None:
+        """Drop the claim's hold, if any."""

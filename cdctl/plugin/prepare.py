@@ -23,11 +23,20 @@ clique object (cdctl.plugin.channels): allocationMode All is refused (permanent)
 is waited for (retriable), a channel still held on this node by a completed claim of another domain is
 fenced (retriable), and under driver-managed IMEX the node's shared IMEX daemon must be Ready. No node label
 is written or removed in that mode.
+
+Under driver-managed IMEX a channel is handed out only through the daemon's handover gate (cdctl.api.imexgate,
+docs/channel-isolation.md "Readiness"): after every other check the claim writes a hold in the daemon's
+directory (the domain's, or the shared daemon's) and then reads the gate. A closed gate (IMEX restarting,
+not ready yet, or its daemon gone) is a retriable DaemonNotReady woken when the gate opens; the hold is
+released then, on a failed attempt and on Unprepare, and otherwise keeps a planned IMEX restart back until the
+workload has had time to start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +46,7 @@ import structlog
 
 from cdctl.api.configs import ChannelConfig, DaemonConfig
 from cdctl.api.refs import DomainInfo
+from cdctl.api.shareddaemon import SHARED_DIR
 from cdctl.api.verbosity import V_DECISION
 from cdctl.domain import claims as c
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
@@ -62,8 +72,9 @@ from cdctl.plugin.devices import (
     validate_no_overlapping_prepared_devices,
 )
 from cdctl.plugin.edits import DeviceFacts, channel_device, daemon_device, write_domain_dir
+from cdctl.plugin.handover import GateFiles
 from cdctl.plugin.locks import DeviceHolds, KeyedLocks
-from cdctl.plugin.ports import ClusterPort
+from cdctl.plugin.ports import ClusterPort, HandoverPort
 from cdctl.plugin.preparesettings import (
     NOT_READY_DELAY,
     ChannelNotAssigned,
@@ -91,6 +102,7 @@ class _Prepared:
     channel: bool = False  # a channel config was applied: the claim holds IMEX channel 0
     imex_channel: int | None = None  # channel isolation: the domain's channel the claim holds
     domain_uid: str = ""
+    gates: list[Path] = field(default_factory=list)  # the IMEX daemon directories whose gate must be open
 
 
 def _device_entry(result: AllocationResult, ids: list[str]) -> dict[str, Any]:
@@ -106,9 +118,15 @@ class DeviceState:
     """Prepares and unprepares claims against the claim book (event log), CDI root and cluster port."""
 
     def __init__(
-        self, settings: PrepareSettings, book: ClaimBook, cluster: ClusterPort, fabric: FabricStatus
+        self,
+        settings: PrepareSettings,
+        book: ClaimBook,
+        cluster: ClusterPort,
+        fabric: FabricStatus,
+        gates: HandoverPort | None = None,
     ) -> None:
         self.settings = settings
+        self.gates: HandoverPort = gates if gates is not None else GateFiles(settings.handover_hold_s)
         self.book = book
         self.cluster = cluster
         self.fabric = fabric
@@ -127,10 +145,10 @@ class DeviceState:
         async with self.claim_locks.hold(uid):
             try:
                 return await self._prepare(claim, fence_version)
-            except PrepareFenced:
-                raise
-            except CdctlError as exc:
-                await self._record_failure(uid, str(exc), isinstance(exc, RetriableError))
+            except BaseException as exc:
+                self._release_handover(uid)  # nothing was handed out: keep no IMEX restart back
+                if isinstance(exc, CdctlError) and not isinstance(exc, PrepareFenced):
+                    await self._record_failure(uid, str(exc), isinstance(exc, RetriableError))
                 raise
             finally:
                 self._pending.pop(uid, None)
@@ -194,6 +212,8 @@ class DeviceState:
             )  # fmt: skip
         else:
             self.holds.take(claim, self.book.records(), channel=out.channel)
+        if out.gates:
+            await self._handover(uid, out.gates)
         events: list[DomainEvent] = []
         ids = [i for d in out.devices for i in d["cdi_device_ids"]]
         if out.cdi_devices:
@@ -206,6 +226,31 @@ class DeviceState:
         await self._append(uid, events)
         log.info("prepared claim", claim=str(claim.ref), devices=ids)
         return out.devices
+
+    async def _handover(self, uid: str, gates: list[Path]) -> None:
+        """Hold each IMEX daemon's directory for this claim, then require its gate open (the order matters:
+        a daemon closes the gate before it looks for holds, cdctl.api.imexgate)."""
+        for directory in gates:
+            closed = self.gates.hold(directory, uid)
+            if closed is not None:
+                self._release_handover(uid, gates)
+                log.info("prepare decision: wait, IMEX not ready now", claim=uid, reason=closed, v=V_DECISION)
+                raise DaemonNotReady(
+                    f"IMEX on this node is not ready now ({directory.name}): {closed}",
+                    functools.partial(self.gates.until_open, directory),
+                )
+
+    def _release_handover(self, uid: str, gates: list[Path] | None = None) -> None:
+        """Drop the claim's holds (where it may have written them when `gates` is not given)."""
+        if gates is None:
+            s = self.settings
+            rec = self.book.get(uid)
+            gates = [s.plugin_dir / SHARED_DIR]
+            if rec is not None and rec.domain_uid:
+                with contextlib.suppress(CdctlError):
+                    gates.append(domain_dir(s.plugin_dir, rec.domain_uid))
+        for directory in gates:
+            self.gates.release(directory, uid)
 
     async def _repair(self, claim: AllocatedClaim, rec: c.ClaimRecord) -> None:
         """Rewrite what a completed claim's first Prepare wrote if it is gone or changed (an event if so)."""
@@ -320,6 +365,8 @@ class DeviceState:
                     lambda: self.cluster.until_ready(domain, s.node, clique),
                     watched=self.cluster.readiness_watched(clique),
                 )
+            if clique:  # a node outside any fabric runs no IMEX: nothing to wait for (as the Go driver)
+                out.gates.append(domain_dir(s.plugin_dir, domain.uid))
         result = results[0]
         device, ids = channel_device(uid, result.device, range(count), clique, self.facts)
         if device is not None:
@@ -364,6 +411,8 @@ class DeviceState:
                 lambda: self.cluster.until_shared_daemon_ready(s.node),
                 watched=self.cluster.shared_daemon_watched(),
             )
+        if not s.host_managed:
+            out.gates.append(s.plugin_dir / SHARED_DIR)
         result = results[0]
         device, ids = channel_device(uid, result.device, (channel,), clique, self.facts)
         if device is not None:
@@ -445,9 +494,11 @@ class DeviceState:
             return True
 
     async def _unprepared(self, ref: ClaimRef, rec: c.ClaimRecord, reason: str) -> None:
-        """Remove the claim's CDI spec, then record its channels released and the claim Unprepared."""
+        """Remove the claim's CDI spec and its IMEX holds, then record its channels released and the claim
+        Unprepared."""
         s = self.settings
         cdi.remove_spec(cdi.claim_spec_path(s.cdi_root, ref.uid))
+        self._release_handover(ref.uid)
         events: list[DomainEvent] = []
         if rec.channels:
             events.append(c.ChannelReleased(ref.uid, s.node, rec.channels[0], len(rec.channels)))

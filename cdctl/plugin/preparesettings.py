@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdctl.api import imexgate
 from cdctl.api.configs import ALLOCATION_MODE_SINGLE, DaemonConfig, DeviceConfig
 from cdctl.api.isolation import DEFAULT_CHANNEL_COUNT, ImexIsolation
 from cdctl.domain.errors import PermanentError, RetriableError
@@ -90,6 +91,8 @@ class PrepareSettings:
     proc_devices: str = cdi.DEFAULT_PROC_DEVICES
     fabric_imex_mgmt_cap: str = cdi.FABRIC_IMEX_MGMT_CAP
     host_managed: bool = False
+    # How long a claim handed a channel keeps a planned IMEX restart on its node back (cdctl.api.imexgate).
+    handover_hold_s: float = imexgate.HOLD_S
     fsync: bool = True
     isolation: ImexIsolation = ImexIsolation.DOMAIN
     channel_slots: int = 0  # channel isolation: the slot devices this node may have published

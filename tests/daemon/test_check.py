@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cdctl.api.imexgate import GateKeeper
 from cdctl.daemon.check import EMPTY_CLIQUE_MESSAGE, CheckSettings, NotReady, check, check_async
 from cdctl.daemon.files import write_config, write_node_list
 from cdctl.daemon.supervisor import ImexSupervisor
@@ -41,7 +42,7 @@ def test_an_empty_clique_id_needs_no_imex(tmp_path: Path) -> None:
 async def test_ready_only_when_the_local_daemon_answers_ready(use_fake_imex: FakeImex) -> None:
     imexd = use_fake_imex.imexd("me")
     _configure(imexd, ME, [ME, PEER])
-    settings = CheckSettings("clique", imexd)
+    settings = CheckSettings("clique", imexd, gated=False)
     with pytest.raises(NotReady, match=f"exited with 1: UNAVAILABLE: no IMEX daemon at {ME}"):
         await check_async(settings)
     supervisor = ImexSupervisor(["nvidia-imex", "-c", str(imexd / "imexd.cfg")], "n1", Recorder())
@@ -54,6 +55,17 @@ async def test_ready_only_when_the_local_daemon_answers_ready(use_fake_imex: Fak
         supervisor.reload()
         await eventually(lambda: _answer(settings) == "READY")
         assert await check_async(settings) == "READY"
+        # The pod's probe also needs the daemon's handover gate open for this IMEX (cdctl.api.imexgate).
+        probe = CheckSettings("clique", imexd)
+        with pytest.raises(NotReady, match="answered READY, but the handover gate is closed: the IMEX daemon "
+                           "has not reported IMEX ready"):  # fmt: skip
+            await check_async(probe)
+        keeper = GateKeeper(imexd)
+        keeper.open()
+        assert check(probe) == "READY"
+        keeper.close()
+        with pytest.raises(NotReady, match="handover gate is closed"):
+            check(probe)
     finally:
         await supervisor.stop()
 
@@ -83,10 +95,14 @@ async def test_cli_exit_codes_and_one_line_messages(fake_imex: FakeImex) -> None
     unavailable = f"nvidia-imex-ctl exited with 1: UNAVAILABLE: no IMEX daemon at {ME}"
     assert done.stderr.strip().splitlines() == [f"cdctl: error: IMEX daemon not ready: {unavailable}"]
     process = await asyncio.create_subprocess_exec("nvidia-imex", "-c", str(imexd / "imexd.cfg"), env=env)
+    keeper = GateKeeper(imexd)
     try:
+        await eventually(lambda: "handover gate is closed" in _cli_check(env).stderr)
+        keeper.open()  # what the daemon does once its own check sees READY
         await eventually(lambda: _cli_check(env).returncode == 0)
         done = await asyncio.to_thread(_cli_check, env, "--cliqueid", "uuid.1", "--imexd-dir", str(imexd))
         assert (done.returncode, done.stdout) == (0, "READY\n")
     finally:
+        keeper.close()
         process.terminate()
         await asyncio.wait_for(process.wait(), 60)

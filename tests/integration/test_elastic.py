@@ -166,7 +166,9 @@ async def _rewrite_the_clique(rack: Rack) -> None:
             return f"IMEX starts {starts}: the daemons whose slot moved ({sorted(moved)}) must restart it"
         return None
 
-    await until("daemons whose slot moved restart IMEX", not_followed, timeout_s=8)
+    # They restart once the holds of the claims handed out on their nodes run out (cdctl.api.imexgate).
+    hold_s = rack.settings.imex_handover_hold_s
+    await until("daemons whose slot moved restart IMEX", not_followed, timeout_s=hold_s + 8)
     assert {n: imex_starts(rack, before.daemons[n]) for n in still} == dict.fromkeys(still, 1)
     assert len(list_pods(rack, NAMESPACE)) == NODES
 

@@ -19,7 +19,7 @@ from cdctl.plugin.preparesettings import FabricStatus, PrepareSettings
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.sim.rack.chart import crds
 from cdctl.store import InMemoryEventStore
-from tests.plugin.fakes import DOM1, FakeCluster, daemon_pod
+from tests.plugin.fakes import DOM1, FakeCluster, FakeGates, daemon_pod
 
 SIM_NODE = "node-a"
 DRIVER_NAMESPACE = "nvidia"
@@ -37,10 +37,11 @@ class Node:
     cluster: FakeCluster
     fabric: FabricStatus
     state: DeviceState
+    gates: FakeGates
 
     async def restart(self) -> DeviceState:
         book = await ClaimBook.load(self.store, self.settings.node)
-        self.state = DeviceState(self.settings, book, self.cluster, self.fabric)
+        self.state = DeviceState(self.settings, book, self.cluster, self.fabric, self.gates)
         return self.state
 
 
@@ -69,7 +70,9 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     cluster.add_pod(daemon_pod(DOM1))  # the DaemonSet's pod on this node: what daemon claims belong to
     fabric = FabricStatus(clique_id=CLIQUE)
     book = await ClaimBook.load(store, settings.node)
-    yield Node(tmp_path, settings, store, cluster, fabric, DeviceState(settings, book, cluster, fabric))
+    gates = FakeGates()
+    state = DeviceState(settings, book, cluster, fabric, gates)
+    yield Node(tmp_path, settings, store, cluster, fabric, state, gates)
     await store.close()
 
 

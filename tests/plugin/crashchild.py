@@ -24,7 +24,7 @@ from cdctl.plugin.prepare import DeviceState
 from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
-from tests.plugin.fakes import C1, DOM1, FakeCluster, channel_claim
+from tests.plugin.fakes import C1, DOM1, FakeCluster, FakeGates, channel_claim
 
 KILLED = 137
 
@@ -68,7 +68,7 @@ async def main(base: Path, crash_at: str | None) -> dict[str, Any]:
             die()
 
         prepare.cdi.write_spec = write  # type: ignore[assignment]
-    state = DeviceState(settings, book, cluster, FabricStatus(clique_id=CLIQUE))
+    state = DeviceState(settings, book, cluster, FabricStatus(clique_id=CLIQUE), FakeGates())
     outcomes = await Driver(state, cluster, RetryPolicy(budget_s=5)).prepare_resources(
         [ClaimRef(C1, "default", "rc")]
     )

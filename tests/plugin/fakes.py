@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+from cdctl.api.imexgate import GateKeeper
 from cdctl.api.refs import DomainInfo
 from cdctl.domain.errors import RetriableError
 
@@ -288,3 +292,64 @@ def daemon_pod(
         },
         "spec": {"nodeName": node},
     }
+
+
+class FakeGates:
+    """The node's IMEX handover gates (cdctl.plugin.ports.HandoverPort), open unless a test closes one.
+
+    `closed` maps a daemon directory's name (a domain uid, or `shared-imex`) to why its gate is closed;
+    `held` is claim uid -> directory names of the holds the claims keep; `opened` wakes a waiting Prepare."""
+
+    def __init__(self) -> None:
+        self.closed: dict[str, str] = {}
+        self.held: dict[str, set[str]] = {}
+        self.opened = asyncio.Event()
+
+    def hold(self, directory: Path, claim_uid: str) -> str | None:
+        closed = self.closed.get(directory.name)
+        if closed is None:
+            self.held.setdefault(claim_uid, set()).add(directory.name)
+        return closed
+
+    async def until_open(self, directory: Path) -> None:
+        while directory.name in self.closed:
+            self.opened.clear()
+            await self.opened.wait()
+
+    def release(self, directory: Path, claim_uid: str) -> None:
+        names = self.held.get(claim_uid, set())
+        names.discard(directory.name)
+        if not names:
+            self.held.pop(claim_uid, None)
+
+    def open(self, name: str) -> None:
+        self.closed.pop(name, None)
+        self.opened.set()
+
+
+@contextlib.contextmanager
+def imex_ready(directory: Path) -> Iterator[GateKeeper]:
+    """What an IMEX daemon whose IMEX answers READY keeps in its directory: the handover gate, open."""
+    directory.mkdir(parents=True, exist_ok=True)
+    keeper = GateKeeper(directory)
+    keeper.open()
+    try:
+        yield keeper
+    finally:
+        keeper.close()
+
+
+def killed_gate_holder(directory: Path, while_alive: Callable[[], None] = lambda: None) -> None:
+    """A daemon process that opens the handover gate in `directory` and is then SIGKILLed (no chance to
+    close it): what a crashed or force-deleted daemon leaves behind. `while_alive` runs while it holds it."""
+    script = (
+        "import sys, time; from pathlib import Path; from cdctl.api.imexgate import GateKeeper; "
+        "GateKeeper(Path(sys.argv[1])).open(); print('open', flush=True); time.sleep(60)"
+    )
+    argv = [sys.executable, "-c", script, str(directory)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+            while_alive()
+        finally:
+            holder.kill()

@@ -42,7 +42,7 @@ from cdctl.plugin.server import PluginServers, ServerPaths
 from cdctl.projections.retention import Retention
 from cdctl.store import EventStore, InMemoryEventStore, SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
-from tests.plugin.fakes import DOM1, FakeCluster, channel_claim, daemon_pod
+from tests.plugin.fakes import DOM1, FakeCluster, FakeGates, channel_claim, daemon_pod
 
 UID = "c0000000-0000-4000-8000-000000000001"
 
@@ -156,7 +156,7 @@ class FuzzTarget:
         if self.on_disk:
             self.store = await SqliteEventStore.open(self.tmp / "events.db")
         book = await ClaimBook.load(self.store, self.settings.node)
-        state = DeviceState(self.settings, book, self.cluster, FabricStatus(clique_id=CLIQUE))
+        state = DeviceState(self.settings, book, self.cluster, FabricStatus(clique_id=CLIQUE), FakeGates())
         driver = Driver(state, self.cluster, RetryPolicy(base_s=0.001, cap_s=0.002, budget_s=0.01))
         if isinstance(self.store, SqliteEventStore):
             retention = Retention(

@@ -15,13 +15,16 @@ import aiohttp
 from grpclib.client import Channel
 
 from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1
+from cdctl.api.shareddaemon import SHARED_DIR
 from cdctl.k8s.rest import KubeApi
 from cdctl.plugin import nvml
 from cdctl.plugin.app import PluginProcess
+from cdctl.plugin.daemonclaims import DOMAINS_DIR
 from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import SIM_NODE as NODE
+from tests.plugin.fakes import imex_ready as imex_ready_gate
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 U = "6a130f54-faaa-4b8f-847f-be44ab70f917"
@@ -159,10 +162,23 @@ async def seed_claim(api: KubeApi, clique: str) -> tuple[str, str]:
 
 @contextlib.asynccontextmanager
 async def serving_plugin(
-    cfg: PluginConfig, api: KubeApi
+    cfg: PluginConfig, api: KubeApi, imex_ready: tuple[str, ...] = ()
 ) -> AsyncIterator[tuple[PluginProcess, v1.DraPluginStub]]:
     """The whole plugin process on `cfg` (fake NVML, clique `<U>.7`), once its slice is published, and a DRA
-    client on its socket; stopped on exit."""
+    client on its socket; stopped on exit. The node's shared IMEX daemon and the IMEX daemons of the domains
+    `imex_ready` names (uids) report IMEX ready (their handover gates are open)."""
+    with contextlib.ExitStack() as daemons:
+        daemons.enter_context(imex_ready_gate(cfg.plugin_dir / SHARED_DIR))
+        for uid in imex_ready:
+            daemons.enter_context(imex_ready_gate(cfg.plugin_dir / DOMAINS_DIR / uid))
+        async with _serving_plugin(cfg, api) as served:
+            yield served
+
+
+@contextlib.asynccontextmanager
+async def _serving_plugin(
+    cfg: PluginConfig, api: KubeApi
+) -> AsyncIterator[tuple[PluginProcess, v1.DraPluginStub]]:
     stop = asyncio.Event()
     process = PluginProcess(cfg, device_lib=nvml.FakeDeviceLib(cluster_uuid=U, clique_id=7))
     task = asyncio.create_task(process.run(stop))
@@ -192,7 +208,7 @@ async def test_prepare_through_the_socket_lands_in_claim_lifecycle(
     _, api, base = env
     domain_uid, claim_uid = await seed_claim(api, f"{U}.7")
     cfg = dataclasses.replace(config(base), http_endpoint="127.0.0.1:0")
-    async with serving_plugin(cfg, api) as (process, stub):
+    async with serving_plugin(cfg, api, (domain_uid,)) as (process, stub):
         ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
         resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
         assert resp.claims[claim_uid].error == ""

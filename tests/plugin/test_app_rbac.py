@@ -49,12 +49,12 @@ def without_node_patch(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def prepare_and_unprepare(env: Env, rbac: list[dict[str, Any]]) -> tuple[str, str]:
     """Run the plugin as its service account; the Prepare's error ('' if none) and the Unprepare's."""
     server, api, base = env
-    _, claim_uid = await seed_claim(api, f"{U}.7")
+    domain_uid, claim_uid = await seed_claim(api, f"{U}.7")
     server.rbac.load(rbac)
     server.load_policies(chart_policies("default", {"allowDefaultNamespace": True}))
     kubeconfig = server.write_kubeconfig(base / "kubeconfig-plugin", PLUGIN_ACCOUNT)
     cfg = dataclasses.replace(config(base), kubeconfig=str(kubeconfig))
-    async with serving_plugin(cfg, api) as (_, stub):
+    async with serving_plugin(cfg, api, (domain_uid,)) as (_, stub):
         ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
         prepared = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
         unprepared = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))

@@ -21,7 +21,7 @@ from cdctl.plugin.prepare import DeviceState
 from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.store import InMemoryEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
-from tests.plugin.fakes import C1, DOM1, FakeCluster, channel_claim
+from tests.plugin.fakes import C1, DOM1, FakeCluster, FakeGates, channel_claim
 
 SPEED = 100.0
 API_DELAY_S = 25.0
@@ -64,7 +64,9 @@ async def prepare_timed(tmp: Path, cluster: FakeCluster) -> tuple[PrepareOutcome
     cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
     cluster.ready.add((DOM1, "node-a"))
     cluster.add_claim(channel_claim(C1, DOM1))
-    state = DeviceState(settings, await ClaimBook.load(store, settings.node), cluster, FabricStatus(CLIQUE))
+    state = DeviceState(
+        settings, await ClaimBook.load(store, settings.node), cluster, FabricStatus(CLIQUE), FakeGates()
+    )
     loop = asyncio.get_running_loop()
     started = loop.time()
     outcomes = await Driver(state, cluster, RetryPolicy()).prepare_resources([ClaimRef(C1, "default", "rc")])

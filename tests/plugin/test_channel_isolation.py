@@ -35,7 +35,7 @@ async def chan(node: Node) -> Node:
 
 async def restart(node: Node) -> Node:
     book = await ClaimBook.load(node.store, node.settings.node)
-    node.state = DeviceState(node.settings, book, node.cluster, node.fabric)
+    node.state = DeviceState(node.settings, book, node.cluster, node.fabric, node.gates)
     return node
 
 

@@ -20,7 +20,7 @@ from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.crashchild import KILLED
-from tests.plugin.fakes import C1, DOM1, FakeCluster, channel_claim
+from tests.plugin.fakes import C1, DOM1, FakeCluster, FakeGates, channel_claim
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ async def test_crash_at_each_step_then_repeat(tmp_path: Path, crash_at: str) -> 
         cluster = FakeCluster()
         cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
         cluster.ready.add((DOM1, settings.node))
-        state = DeviceState(settings, book, cluster, FabricStatus(clique_id=CLIQUE))
+        state = DeviceState(settings, book, cluster, FabricStatus(clique_id=CLIQUE), FakeGates())
         assert await state.unprepare(ClaimRef(C1, "default", "rc"))
         assert book.get(C1).channels == ()  # type: ignore[union-attr]
         assert await state.prepare(parse_claim(channel_claim("c2", DOM1, name="rc2")), 0)

@@ -20,9 +20,9 @@ from tests.plugin.test_app import U, config, seed_claim, serving_plugin
 
 async def test_the_plugin_serves_exactly_the_documented_metrics(env: tuple[ApiServer, KubeApi, Path]) -> None:
     _, api, base = env
-    _, claim_uid = await seed_claim(api, f"{U}.7")
+    domain_uid, claim_uid = await seed_claim(api, f"{U}.7")
     cfg = dataclasses.replace(config(base), http_endpoint="127.0.0.1:0")
-    async with serving_plugin(cfg, api) as (process, stub):
+    async with serving_plugin(cfg, api, (domain_uid,)) as (process, stub):
         ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
         resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
         assert resp.claims[claim_uid].error == ""

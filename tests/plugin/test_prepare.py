@@ -262,7 +262,9 @@ async def test_stale_sweep_unprepares_only_claims_that_are_gone(node: Node) -> N
 
 async def test_host_managed_rules(node: Node) -> None:
     settings = dataclasses.replace(node.settings, host_managed=True)
-    state = DeviceState(settings, await ClaimBook.load(node.store, "node-a"), node.cluster, node.fabric)
+    state = DeviceState(
+        settings, await ClaimBook.load(node.store, "node-a"), node.cluster, node.fabric, node.gates
+    )
     with pytest.raises(PermanentError, match="allocationMode All is not supported"):
         await state.prepare(parse_claim(channel_claim("c2", DOM1, name="x", mode="All")), 0)
     assert await state.prepare(parse_claim(channel_claim("c1", DOM1)), 0)

@@ -21,7 +21,7 @@ from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.runner import ProjectionRunner
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, Node, node_settings
-from tests.plugin.fakes import C1, DOM1, FakeCluster, channel_claim, daemon_claim
+from tests.plugin.fakes import C1, DOM1, FakeCluster, FakeGates, channel_claim, daemon_claim
 
 D1 = "a0000000-0000-4000-8000-0000000000d1"
 
@@ -90,7 +90,9 @@ async def _repair_on_a_sqlite_log(db: Path, tmp_path: Path) -> None:
         cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
         cluster.ready.add((DOM1, "node-a"))
         settings = node_settings(tmp_path)
-        state = DeviceState(settings, await ClaimBook.load(store, "node-a"), cluster, FabricStatus(CLIQUE))
+        state = DeviceState(
+            settings, await ClaimBook.load(store, "node-a"), cluster, FabricStatus(CLIQUE), FakeGates()
+        )
         claim = parse_claim(channel_claim(C1, DOM1))
         await state.prepare(claim, 0)
         cdi.claim_spec_path(settings.cdi_root, C1).unlink()

@@ -32,7 +32,7 @@ from cdctl.projections.sinks import SqliteSink
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
-from tests.plugin.fakes import DOM1, FakeCluster, channel_claim
+from tests.plugin.fakes import DOM1, FakeCluster, FakeGates, channel_claim
 from tests.plugin.test_app import U, config, seed_claim, serving_plugin, until
 from tests.store.compacting import compact_through
 
@@ -62,7 +62,7 @@ async def test_the_claim_checkpoint_survives_compaction_and_a_restart(tmp_path: 
     async with await SqliteEventStore.open(path) as store:
         book = await ClaimBook.load(store, "node-a")
         await book.observe_boot("boot-1")
-        state = DeviceState(settings, book, cluster, fabric)
+        state = DeviceState(settings, book, cluster, fabric, FakeGates())
         await state.prepare(parse_claim(channel_claim("c2", DOM1)), 0)
         await state.unprepare(ClaimRef("c2", "default", "rc"))
         ended = await store.stream_version(c.claim_stream("c2"))
@@ -80,7 +80,7 @@ async def test_the_claim_checkpoint_survives_compaction_and_a_restart(tmp_path: 
         record = book.get("c1")
         assert record is not None and record.completed and list(record.devices) == kept
         assert book.get("c2") is None  # it ended before the horizon: it holds nothing
-        state = DeviceState(settings, book, cluster, fabric)
+        state = DeviceState(settings, book, cluster, fabric, FakeGates())
         assert await state.prepare(parse_claim(channel_claim("c1", DOM1)), book.version("c1")) == kept
         assert await state.unprepare(ClaimRef("c1", "default", "rc"))  # its stream version carried on
         assert await state.prepare(parse_claim(channel_claim("c2", DOM1)), book.version("c2"))
@@ -157,11 +157,11 @@ async def test_the_running_plugin_compacts_its_log_and_prunes_imex_history(
     env: tuple[ApiServer, KubeApi, Path],
 ) -> None:
     _, api, base = env
-    _, claim_uid = await seed_claim(api, f"{U}.7")
+    domain_uid, claim_uid = await seed_claim(api, f"{U}.7")
     cfg = compacting_config(base)
     kept_log(cfg.plugin_dir / "imex-history", "gone-domain", 100, 1, datetime.now(UTC).timestamp())
     ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
-    async with serving_plugin(cfg, api) as (process, stub):
+    async with serving_plugin(cfg, api, (domain_uid,)) as (process, stub):
         resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
         assert resp.claims[claim_uid].error == ""
         assert process.store is not None
@@ -218,7 +218,7 @@ async def test_a_compaction_drops_the_claims_it_removed_from_the_running_book_bu
     settings, cluster, fabric = node_parts(tmp_path)
     async with await SqliteEventStore.open(tmp_path / "events.db") as store:
         book = await ClaimBook.load(store, "node-a")
-        state = DeviceState(settings, book, cluster, fabric)
+        state = DeviceState(settings, book, cluster, fabric, FakeGates())
         for uid in ("c2", "c3"):
             await state.prepare(parse_claim(channel_claim(uid, DOM1)), 0)
             await state.unprepare(ClaimRef(uid, "default", "rc"))
@@ -246,10 +246,10 @@ async def test_the_running_plugin_forgets_a_claim_once_compaction_removed_its_en
     env: tuple[ApiServer, KubeApi, Path],
 ) -> None:
     _, api, base = env
-    _, claim_uid = await seed_claim(api, f"{U}.7")
+    domain_uid, claim_uid = await seed_claim(api, f"{U}.7")
     cfg = compacting_config(base)
     ref = v1.Claim(namespace="default", name="rc", uid=claim_uid)
-    async with serving_plugin(cfg, api) as (process, stub):
+    async with serving_plugin(cfg, api, (domain_uid,)) as (process, stub):
         resp = await stub.node_prepare_resources(v1.NodePrepareResourcesRequest(claims=[ref]))
         assert resp.claims[claim_uid].error == ""
         unresp = await stub.node_unprepare_resources(v1.NodeUnprepareResourcesRequest(claims=[ref]))

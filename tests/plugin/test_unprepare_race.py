@@ -30,7 +30,7 @@ from cdctl.plugin.prepare import DeviceState
 from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.store import InMemoryEventStore, StreamAppend
 from tests.plugin.conftest import CLIQUE, Node, node_settings
-from tests.plugin.fakes import C1, DOM1, FakeCluster, channel_claim
+from tests.plugin.fakes import C1, DOM1, FakeCluster, FakeGates, channel_claim
 
 
 async def test_a_prepare_in_flight_when_its_claim_is_unprepared_leaves_nothing_prepared(node: Node) -> None:
@@ -78,7 +78,9 @@ async def test_a_prepare_cancelled_mid_write_holds_the_claim_until_its_write_lan
     cluster.domains[DOM1] = DomainInfo(DOM1, "cd", "default")
     cluster.ready.add((DOM1, "node-a"))
     cluster.add_claim(channel_claim(C1, DOM1))
-    state = DeviceState(settings, await ClaimBook.load(store, "node-a"), cluster, FabricStatus(CLIQUE))
+    state = DeviceState(
+        settings, await ClaimBook.load(store, "node-a"), cluster, FabricStatus(CLIQUE), FakeGates()
+    )
     unretrieved: list[dict[str, object]] = []
     asyncio.get_running_loop().set_exception_handler(lambda _loop, context: unretrieved.append(context))
     store.gate = asyncio.Event()

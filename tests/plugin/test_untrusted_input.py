@@ -28,7 +28,7 @@ from cdctl.plugin.preparesettings import FabricStatus
 from cdctl.plugin.wire import RequestCodec
 from cdctl.store import InMemoryEventStore
 from tests.plugin.conftest import CLIQUE, Node, node_settings
-from tests.plugin.fakes import C1, DOM1, FakeCluster, channel_claim, daemon_claim
+from tests.plugin.fakes import C1, DOM1, FakeCluster, FakeGates, channel_claim, daemon_claim
 
 POLICY = RetryPolicy(base_s=0.001, cap_s=0.002, budget_s=0.05)
 
@@ -82,7 +82,9 @@ async def answer(root: Path, obj: dict[str, Any]) -> str:
     cluster.claims[("nvidia", "rc")] = obj
     store = InMemoryEventStore()
     settings_ = node_settings(root)
-    state = DeviceState(settings_, await ClaimBook.load(store, "node-a"), cluster, FabricStatus(CLIQUE))
+    state = DeviceState(
+        settings_, await ClaimBook.load(store, "node-a"), cluster, FabricStatus(CLIQUE), FakeGates()
+    )
     outcome = (await Driver(state, cluster, POLICY).prepare_resources([ClaimRef(C1, "nvidia", "rc")]))[C1]
     await store.close()
     return outcome.error

@@ -27,7 +27,7 @@ from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import InMemoryEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
 from tests.plugin.conftest import SIM_NODE as NODE
-from tests.plugin.fakes import DOM1, DOM2, DRIVER, opaque
+from tests.plugin.fakes import DOM1, DOM2, DRIVER, FakeGates, opaque
 from tests.plugin.test_plugincluster import CDS, CLIQUES, make_domain, port
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
@@ -132,7 +132,7 @@ async def watched(env: Env) -> AsyncIterator[tuple[KubeApi, KubeClusterPort, Req
 async def driver_for(cluster: KubeClusterPort, tmp: Path, policy: RetryPolicy | None = None) -> Driver:
     store = InMemoryEventStore()
     book = await ClaimBook.load(store, NODE)
-    state = DeviceState(node_settings(tmp), book, cluster, FabricStatus(clique_id=CLIQUE))
+    state = DeviceState(node_settings(tmp), book, cluster, FabricStatus(clique_id=CLIQUE), FakeGates())
     return Driver(state, cluster, policy)
 
 

@@ -92,6 +92,7 @@ def plugin_command(
         "--feature-gates", settings.feature_gates,
         "--fake-nvml", f"@{cluster.node_dir(node) / 'fake-nvml'}",
         "--fabric-reprobe-interval", str(settings.fabric_probe_s),
+        "--imex-handover-hold", str(settings.imex_handover_hold_s),
         "--proc-devices", str(files.proc_devices),
         "--fabric-imex-mgmt-cap", str(files.fabric_imex_mgmt_cap),
         "--boot-id-path", str(files.boot_id),

@@ -36,6 +36,9 @@ class RackSettings:
     probe_period_s: float | None = None  # None: the daemon pods' probe periods (startup 1 s, readiness 10 s)
     fork_server: bool = True  # start cdctl processes from a warm fork server (cdctl.sim.node.forkserver)
     fabric_probe_s: float = 2.0  # how often each plugin probes its fake NVML (device health)
+    # The plugins' IMEX handover hold (--imex-handover-hold): a simulated container starts within a second of
+    # its Prepare, no image to pull, so a planned IMEX restart need not wait the product's 30 s.
+    imex_handover_hold_s: float = 5.0
     rack_domains_namespace: str = ""  # non-empty: `cdctl controller --rack-domains` keeps its domains here
     # How fast the cluster notices a lost node (Lease renewal, node monitor grace, pod GC quarantine, the
     # kubelet's DRA reconcile); a real cluster's defaults unless a test asks for shorter ones.

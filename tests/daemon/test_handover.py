@@ -1,0 +1,132 @@
+"""The handover gate between a daemon's IMEX and the kubelet plugin, raced at the worst moments.
+
+Daemon side: the real supervisor, gate and readiness monitor over the fake nvidia-imex. Plugin side: the
+plugin's own gate files (cdctl.plugin.handover.GateFiles), as its Prepare uses them. The workload's start is
+what a CUDA job does first: ask the node's IMEX whether it is ready (`nvidia-imex-ctl -q`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cdctl.api.imexgate import CLOSED_NO_FILE, gate_state, live_holds
+from cdctl.daemon.check import CheckSettings, NotReady, check_async
+from cdctl.daemon.files import write_config, write_node_list
+from cdctl.daemon.gate import DaemonGate
+from cdctl.daemon.readiness import ReadinessMonitor
+from cdctl.daemon.supervisor import ImexSupervisor
+from cdctl.domain.imex import ImexExited, ImexStarted
+from cdctl.plugin.handover import GateFiles
+from tests.daemon.conftest import FakeImex, Recorder, eventually
+
+ME = "10.50.0.1"
+
+
+class _Journal:
+    """What the monitor records into (the daemon's event log, here a list)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.record = recorder
+
+
+@dataclass
+class Daemon:
+    imexd: Path
+    gate: DaemonGate
+    supervisor: ImexSupervisor
+    recorder: Recorder
+
+    @property
+    def pid(self) -> int | None:
+        return self.supervisor.process.pid if self.supervisor.running and self.supervisor.process else None
+
+
+async def workload_finds_imex(imexd: Path) -> str:
+    """The workload's first step: its node's IMEX answers (READY, or what it said instead)."""
+    try:
+        return await check_async(CheckSettings("clique", imexd, gated=False))
+    except NotReady as exc:
+        return exc.output
+
+
+@pytest.fixture
+async def daemon(use_fake_imex: FakeImex) -> AsyncIterator[Daemon]:
+    imexd = use_fake_imex.imexd("node")
+    values = {"IMEXCmdBindInterfaceIP": ME, "IMEXDaemonNodesConfigPath": str(imexd / "nodes.cfg")}
+    write_config(imexd / "imexd.cfg.tmpl", imexd / "imexd.cfg", values)
+    write_node_list(imexd / "nodes.cfg", [ME])
+    recorder = Recorder()
+    gate = DaemonGate(imexd)
+    supervisor = ImexSupervisor(
+        ["nvidia-imex", "-c", str(imexd / "imexd.cfg")], "n1", recorder, backoff_s=0.05, gate=gate
+    )
+    monitor = ReadinessMonitor(CheckSettings("clique", imexd), "n1", _Journal(recorder), 5.0, gate)  # type: ignore[arg-type]
+    await supervisor.ensure_started("first start")
+    monitoring = asyncio.create_task(monitor.run())
+    try:
+        await eventually(lambda: gate_state(imexd) is None)
+        yield Daemon(imexd, gate, supervisor, recorder)
+    finally:
+        monitoring.cancel()
+        await asyncio.wait([monitoring])
+        await supervisor.stop()
+    assert gate_state(imexd) == CLOSED_NO_FILE, "a stopped daemon leaves its gate closed"
+
+
+async def test_a_planned_restart_waits_for_the_workload_handed_a_channel_before_it(daemon: Daemon) -> None:
+    plugin = GateFiles(hold_s=1.0)
+    # The plugin's readiness check passes and the claim is handed its channel ...
+    assert plugin.hold(daemon.imexd, "claim-1") is None
+    before = daemon.pid
+    # ... and at that moment the peers change and the daemon must restart IMEX.
+    restarting = asyncio.create_task(daemon.supervisor.restart("peers changed (IP mode)"))
+    await eventually(lambda: gate_state(daemon.imexd) is not None)
+    # A claim arriving now waits: the gate is closed and it keeps no hold.
+    assert plugin.hold(daemon.imexd, "claim-2") == CLOSED_NO_FILE
+    assert sorted(live_holds(daemon.imexd)) == ["claim-1"]
+    # The first claim's workload starts, later than its Prepare: its IMEX is the one it was handed.
+    assert await workload_finds_imex(daemon.imexd) == "READY"
+    assert daemon.pid == before and not restarting.done()
+    # Once the hold has run out IMEX restarts, and the gate opens again only for the new IMEX when READY.
+    await asyncio.wait_for(restarting, 30)
+    assert daemon.pid not in (None, before)
+    await eventually(lambda: gate_state(daemon.imexd) is None)
+    assert await workload_finds_imex(daemon.imexd) == "READY"
+    assert plugin.hold(daemon.imexd, "claim-2") is None
+    started = daemon.recorder.of(ImexStarted)[-1]
+    assert isinstance(started, ImexStarted) and started.reason == "peers changed (IP mode)"
+
+
+async def test_an_unprepared_claim_lets_a_waiting_restart_go_at_once(daemon: Daemon) -> None:
+    plugin = GateFiles(hold_s=3_600.0)
+    assert plugin.hold(daemon.imexd, "claim-1") is None
+    restarting = asyncio.create_task(daemon.supervisor.restart("own slot moved"))
+    await eventually(lambda: gate_state(daemon.imexd) is not None)
+    assert not restarting.done()
+    plugin.release(daemon.imexd, "claim-1")  # its pod ended: Unprepare drops the hold
+    await asyncio.wait_for(restarting, 30)
+    await eventually(lambda: gate_state(daemon.imexd) is None)
+
+
+async def test_a_crash_closes_the_gate_before_anyone_can_be_handed_the_dead_imex(daemon: Daemon) -> None:
+    plugin = GateFiles()
+    crashed = daemon.pid
+    assert crashed is not None
+    os.kill(crashed, signal.SIGKILL)
+    await daemon.recorder.wait_for(lambda events: any(isinstance(e, ImexExited) for e in events))
+    # The exit was seen (and the gate closed before it was recorded): no claim gets through until the
+    # restarted IMEX answers READY.
+    assert gate_state(daemon.imexd) == CLOSED_NO_FILE
+    assert plugin.hold(daemon.imexd, "claim-1") == CLOSED_NO_FILE
+    await daemon.recorder.wait_for(lambda events: len([e for e in events if isinstance(e, ImexStarted)]) == 2)
+    await eventually(lambda: gate_state(daemon.imexd) is None)
+    assert daemon.pid not in (None, crashed)
+    assert plugin.hold(daemon.imexd, "claim-1") is None
+    assert await workload_finds_imex(daemon.imexd) == "READY"
