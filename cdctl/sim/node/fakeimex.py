@@ -9,7 +9,9 @@ the id. Every start is appended to the registry's start log (`Registry.starts`, 
 can tell which daemons' IMEX restarted.
 `python -m cdctl.sim.node.fakeimex ctl -c CFG -q` answers `READY` once the local daemon runs, knows its node
 id, and every entry of its node list that resolves (an IP, or a name in the hosts file) is served by a daemon
-that is up under that entry's node id; else `NOT_READY`. `-N` lists the entries: UP, DOWN (nobody there),
+that is up under that entry's node id and whose own node list has this daemon's entry at this daemon's node
+id (a real IMEX refuses a peer its node list lacks: in IP mode a daemon started before a peer joined); else
+`NOT_READY`. `-N` lists the entries: UP, DOWN (nobody there),
 UNRESOLVED, UNUSED (the unused-slot address cdctl.domain.imex.DEFAULT_UNUSED_ADDRESS: no daemon there, none
 expected; it does not hold readiness back) or MISMATCH: the daemon there runs under another node id, or the
 entry is the local daemon's own id but no longer its address. That is what an IMEX that was only signalled
@@ -283,8 +285,10 @@ def peer_states(config: ImexConfig, registry: Registry, hosts: dict[str, str]) -
     if local is None:
         return None
     own_id = local["node_id"]
+    own_nodes = [str(n) for n in local.get("nodes") or []]
+    own_entry = own_nodes[own_id] if 0 <= own_id < len(own_nodes) else None
     states = {}
-    for index, node in enumerate([str(n) for n in local.get("nodes") or []]):
+    for index, node in enumerate(own_nodes):
         address = resolve(node, hosts)
         if index == own_id and address != config.address:
             states[node] = "MISMATCH"  # this IMEX is still that node, whose name now points elsewhere
@@ -297,7 +301,12 @@ def peer_states(config: ImexConfig, registry: Registry, hosts: dict[str, str]) -
             if there is None:
                 states[node] = "DOWN"
             else:
-                states[node] = "UP" if there["node_id"] == index else "MISMATCH"
+                # A peer accepts this daemon only if its own node list has this daemon's entry at this
+                # daemon's node id: a peer started before this one joined (IP mode) does not. (Without a node
+                # id this daemon is not ready anyway, and the peer's own state is what is shown.)
+                theirs = [str(n) for n in there.get("nodes") or []]
+                listed = own_entry is None or (own_id < len(theirs) and theirs[own_id] == own_entry)
+                states[node] = "UP" if there["node_id"] == index and listed else "MISMATCH"
     return states
 
 

@@ -7,10 +7,11 @@ script, using shell built-ins only (no command substitution, no other program). 
 `python -m cdctl.sim.node.fakeimex ctl` does (tests/sim/node/test_fakeimex.py runs both): `-q` prints `READY`
 when the local daemon is registered and alive under a node id and every entry of its node list that resolves
 (an address, or a name the hosts file maps; the unused-slot address counts as UNUSED) is served by a live
-daemon under that entry's node id, else `NOT_READY`; `-N` lists each entry with UP / DOWN / UNRESOLVED /
-UNUSED / MISMATCH; no daemon at the config's address prints `UNAVAILABLE: ...` and exits 1; a bad argument or
-an unreadable config exits 2. The registry format it reads (one file per address: pid, address, node id,
-then the node list, a line each) is written by cdctl.sim.node.fakeimex.Registry.
+daemon under that entry's node id whose own node list has this daemon's entry at this daemon's node id (a
+peer that does not list it would refuse it), else `NOT_READY`; `-N` lists each entry with UP / DOWN /
+UNRESOLVED / UNUSED / MISMATCH; no daemon at the config's address prints `UNAVAILABLE: ...` and exits 1; a
+bad argument or an unreadable config exits 2. The registry format it reads (one file per address: pid,
+address, node id, then the node list, a line each) is written by cdctl.sim.node.fakeimex.Registry.
 """
 
 from __future__ import annotations
@@ -126,6 +127,22 @@ own=$entry_file
 own_id=$entry_id
 ready=READY
 [ "$own_id" != -1 ] || ready=NOT_READY
+
+entry_at() {  # $entry: the node-list entry at index $2 of the registry file $1, else empty
+  entry=
+  at_line=0
+  at_index=-1
+  while IFS= read -r at_node || [ -n "$at_node" ]; do
+    at_line=$((at_line + 1))
+    [ $at_line -gt 3 ] || continue
+    [ -n "$at_node" ] || continue
+    at_index=$((at_index + 1))
+    if [ "$at_index" = "$2" ]; then entry=$at_node; return 0; fi
+  done < "$1"
+  return 0
+}
+entry_at "$own" "$own_id"
+own_entry=$entry
 line_number=0
 index=-1
 while IFS= read -r node || [ -n "$node" ]; do
@@ -143,7 +160,18 @@ while IFS= read -r node || [ -n "$node" ]; do
   elif [ "$resolved" = "$address" ]; then
     if [ "$own_id" = "$index" ]; then state=UP; else state=MISMATCH; fi
   elif alive "$resolved"; then
-    if [ "$entry_id" = "$index" ]; then state=UP; else state=MISMATCH; fi
+    # A peer accepts this daemon only if its node list has this daemon's entry at this daemon's node id.
+    # (Without a node id this daemon is not ready anyway, and the peer's own state is what is shown.)
+    state=MISMATCH
+    if [ "$entry_id" = "$index" ]; then
+      if [ -z "$own_entry" ]; then
+        state=UP
+      else
+        peer_file=$entry_file
+        entry_at "$peer_file" "$own_id"
+        [ "$entry" != "$own_entry" ] || state=UP
+      fi
+    fi
   else
     state=DOWN
   fi

@@ -290,3 +290,22 @@ def test_the_bare_script_agrees_with_cdctl_on_the_unused_address_and_rejects_bad
     assert fakeimex.main(["ctl", "--bogus"]) == 2
     assert fakeimex.main([]) == 2
     assert "unknown argument '--bogus'" in capsys.readouterr().err
+
+
+async def test_a_peer_that_does_not_list_this_imex_refuses_it(
+    tmp_path: Path, imex_env: dict[str, str], daemons: list[asyncio.subprocess.Process]
+) -> None:
+    """IP mode: A started alone; B joined and lists both. B is not ready until A restarts with B in its list
+    (a real IMEX peer refuses a node its node list lacks), and A, which lists only itself, is ready."""
+    a_alone = _write_config(tmp_path / "a", "10.0.0.1", ["10.0.0.1"])
+    b = _write_config(tmp_path / "b", "10.0.0.2", ["10.0.0.1", "10.0.0.2"])
+    await _start(imex_env, a_alone, daemons)
+    await _start(imex_env, b, daemons)
+    assert await _query(imex_env, b, "-N") == (0, "10.0.0.1\tMISMATCH\n10.0.0.2\tUP\n")
+    assert await _query(imex_env, b, "-q") == (0, "NOT_READY\n")
+    assert await _query(imex_env, a_alone, "-q") == (0, "READY\n")
+    daemons[0].terminate()
+    await daemons[0].wait()
+    await _start(imex_env, _write_config(tmp_path / "a", "10.0.0.1", ["10.0.0.1", "10.0.0.2"]), daemons)
+    assert await _query(imex_env, b, "-N") == (0, "10.0.0.1\tUP\n10.0.0.2\tUP\n")
+    assert await _query(imex_env, b, "-q") == (0, "READY\n")
