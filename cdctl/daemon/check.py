@@ -12,6 +12,7 @@ binary, a timeout or a closed gate is a `NotReady` carrying what was found.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,5 +112,10 @@ async def check_async(settings: CheckSettings) -> str:
         process.kill()
         await process.wait()
         raise NotReady(f"nvidia-imex-ctl did not answer within {settings.timeout_s:g}s") from None
+    except asyncio.CancelledError:  # the daemon is stopping: no ctl outlives it
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await asyncio.shield(process.wait())
+        raise
     assert process.returncode is not None
     return _verdict(settings, process.returncode, output.decode(errors="replace"))

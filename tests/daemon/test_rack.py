@@ -96,10 +96,7 @@ async def rack() -> AsyncIterator[SimCluster]:
         async with cluster:
             cluster.write_kubeconfig(root / "kubeconfig")
             yield cluster
-        for running in list(runtime.running.values()):  # after the kubelets stopped restarting them
-            if running.process.returncode is None:
-                running.process.terminate()
-            await asyncio.wait_for(running.process.wait(), 60)
+        await asyncio.wait_for(runtime.stop_all(), 60)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -21,7 +21,6 @@ that does not run as root cannot start. Used by cdctl.sim.rack.launch.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from pathlib import Path
 from typing import Any, cast
@@ -116,14 +115,3 @@ class DaemonPodRuntime(ProcessRuntime):
         server = self.probe_server or self.fork_server
         checker = await server.spawn(command[1:], env, Path(os.devnull), user=user)
         return await checker.wait() == 0
-
-    async def stop_all(self) -> None:
-        """Stop every daemon still running (the rack is going away)."""
-        for uid in list(self.running):
-            running = self.running[uid]
-            await self._stop_prober(running)
-            with contextlib.suppress(ProcessLookupError):
-                if running.process.returncode is None:
-                    running.process.terminate()
-        await asyncio.gather(*(r.process.wait() for r in self.running.values()))
-        self.running.clear()

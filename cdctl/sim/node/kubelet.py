@@ -5,8 +5,9 @@ Each pass it scans the plugin registration directory (cdctl.sim.node.pluginwatch
 to the node whose claims are allocated and reserved for it, calls NodePrepareResources on each driver's plugin
 over its unix socket with the service version negotiated at registration (one call per driver with all the
 pod's claims; every claim UID must come back without error; failed calls are retried with backoff), records
-the CDI device IDs, hands the pod to a `PodRuntime` and marks it Running (Ready as the runtime says). When
-the pod goes away it stops it and calls NodeUnprepareResources for the claims it tried to prepare that no
+the CDI device IDs, hands the pod to a `PodRuntime` and marks it Running (Ready as the runtime says), or
+Succeeded or Failed once its container exited for good (cdctl.sim.node.runtime's restart rules). When the pod
+goes away, or ends, it stops it and calls NodeUnprepareResources for the claims it tried to prepare that no
 other pod on the node still uses. A driver without a registered plugin for `slice_wipe_delay_s` loses its
 slices on the node. As a 1.36 kubelet, the running kubelet follows each registered plugin's resource-health
 stream (cdctl.sim.node.healthwatch: re-opened every 5 s, every error kept in `health.errors`) and writes
@@ -41,12 +42,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import grpclib
 from grpclib.client import Channel
@@ -63,11 +65,13 @@ from cdctl.sim.node.cdiresolver import UnresolvableDevice, resolve
 from cdctl.sim.node.healthwatch import HealthWatch, PreparedDevice, allocated_resources_status
 from cdctl.sim.node.noderegistration import register, renew_lease
 from cdctl.sim.node.pluginwatcher import PluginWatcher, RegisteredPlugin
-from cdctl.sim.node.podstatus import running_status, with_addresses
+from cdctl.sim.node.podstatus import pod_status, with_addresses
+from cdctl.sim.node.runtime import ContainerView, ImmediateRuntime, PodRuntime
 
 log = logging.getLogger(__name__)
 PREPARE_TIMEOUT_S = 45.0
 PODS = ("", "pods")
+TERMINAL_PHASES = ("Succeeded", "Failed")
 NODES = ("", "nodes")
 CLAIMS = ("resource.k8s.io", "resourceclaims")
 SLICES = ("resource.k8s.io", "resourceslices")
@@ -80,29 +84,6 @@ class PrepareFailed(Exception):
 
 class NotPreparableYet(PrepareFailed):
     """The pod's claims are not allocated and reserved yet, or its driver is not registered: try next pass."""
-
-
-class PodRuntime(Protocol):
-    """What runs a pod's containers once its claims are prepared."""
-
-    async def start(self, pod: dict[str, Any], cdi_devices: list[str]) -> None: ...
-
-    async def ready(self, pod: dict[str, Any]) -> bool: ...
-
-    async def stop(self, pod: dict[str, Any]) -> None: ...
-
-
-class ImmediateRuntime:
-    """Runs nothing: every pod is Ready as soon as its claims are prepared."""
-
-    async def start(self, pod: dict[str, Any], cdi_devices: list[str]) -> None:
-        return None
-
-    async def ready(self, pod: dict[str, Any]) -> bool:
-        return True
-
-    async def stop(self, pod: dict[str, Any]) -> None:
-        return None
 
 
 def _ready_condition(pod: Mapping[str, Any]) -> bool | None:
@@ -161,6 +142,7 @@ class RunningPod:
     cdi_devices: list[str]
     ready: bool = False
     devices_error: str = ""  # after a restart: why its CDI devices do not resolve (the pod is not Ready)
+    container: ContainerView | None = None  # what the runtime last said
 
 
 @dataclass
@@ -341,7 +323,7 @@ class SimKubelet:
                     for d in self.claim_devices.get(c, [])}  # fmt: skip
             if driver in uses:
                 with contextlib.suppress(ApiError):
-                    self._write_status(running.pod, running.ready)
+                    self._write_status(running.pod, running.container or ContainerView(ready=running.ready))
 
     def poke(self) -> None:
         """Run a pass soon (the runtime's probes changed a pod's readiness), as a watch event would."""
@@ -446,7 +428,7 @@ class SimKubelet:
             p["metadata"]["uid"]: p
             for p in self.store.pods_on_node(self.node_name)
             if not p["metadata"].get("deletionTimestamp")
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and (p.get("status") or {}).get("phase") not in TERMINAL_PHASES
         }
 
     async def _prepare_again_in_background(self, uid: str) -> None:
@@ -653,20 +635,25 @@ class SimKubelet:
 
     # ---- pod status ----------------------------------------------------------------------------------------
     async def _refresh_readiness(self, running: RunningPod, pod: dict[str, Any], first: bool = False) -> None:
-        ready = not running.devices_error and await self.runtime.ready(pod)
-        if not first and ready == running.ready and _ready_condition(pod) in (None, ready):
+        container = await self.runtime.container(pod)
+        if running.devices_error:
+            container = dataclasses.replace(container, ready=False)
+        ready = container.ready
+        if not first and container == running.container and _ready_condition(pod) in (None, ready):
             return
-        running.ready = ready
-        self._write_status(pod, ready)
+        running.ready, running.container = ready, container
+        self._write_status(pod, container)
 
-    def _write_status(self, pod: dict[str, Any], ready: bool) -> None:
+    def _write_status(self, pod: dict[str, Any], container: ContainerView) -> None:
         pods = self.store.type_of(*PODS)
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
             latest = self.store.get(pods, namespace, name)
         except NotFound:
             return
-        status = running_status(latest, ready, now_rfc3339())
+        if (latest.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            return  # a pod that ended never runs again (its claims are being unprepared)
+        status = pod_status(latest, container, now_rfc3339())
         self._add_resource_health(latest, status)
         if status == latest.get("status"):
             return

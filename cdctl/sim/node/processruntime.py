@@ -11,12 +11,14 @@ the container's start: the `startupProbe.exec` command from `initialDelaySeconds
 failureThreshold, 20 minutes for the IMEX daemon, is not enforced); then at once the `readinessProbe.exec`
 command (the kubelet triggers it when the startup probe succeeds) and at every tick after, Ready flipping
 after `successThreshold` passes or `failureThreshold` failures in a row. Without a readiness probe the
-container is Ready once started. Each change of readiness is handed to `on_change` (the rack wakes the
-node's kubelet, which writes the pod status); `probe_period_s`, when set, replaces every period (tests). An
-exited process is restarted (probes start over) unless `restartPolicy` is Never. Stop sends SIGTERM, and
-SIGKILL after the pod's `terminationGracePeriodSeconds` (unset: STOP_GRACE_S). Other
-pods are Ready at once. `kill(pod)` is `kill -9` of the container (it and what it started die; the next
-readiness check restarts it, as the kubelet restarts a crashed container); `kill_node(node)` is the node
+container is Ready once started. Each change of readiness, each exit and each restart is handed to
+`on_change` (the rack wakes the node's kubelet, which writes the pod status from `container(pod)`);
+`probe_period_s`, when set, replaces every period (tests). An exited process is restarted or not as the
+kubelet decides (cdctl.sim.node.runtime: the restartPolicy, then the crash-loop back-off from
+`crash_backoff_s`); one that is not leaves the pod's phase Succeeded or Failed with its exit code. Stop sends
+SIGTERM, and SIGKILL after the pod's `terminationGracePeriodSeconds` (unset: STOP_GRACE_S). Other
+pods are Ready at once. `kill(pod)` is `kill -9` of the container (it and what it started die; it is
+restarted as any exited container is); `kill_node(node)` is the node
 losing power: every container there dies and is forgotten. Output goes to `<log_dir>/<namespace>_<pod>.log`.
 With `sandbox_dir`, each container gets the device nodes its resolved CDI edits name, as files under its own
 `<sandbox_dir>/<pod uid>/` (`c MAJOR:MINOR` at the container path; `$CDCTL_FAKE_DEV_ROOT` points there), so
@@ -45,11 +47,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.selectors import field_value
 from cdctl.sim.node.cdiresolver import resolve
 from cdctl.sim.node.fakeimexmem import DEV_ROOT_ENV
 from cdctl.sim.node.proctree import kill_tree
 from cdctl.sim.node.runas import RunAs, container_user, enforced
+from cdctl.sim.node.runtime import (
+    CRASH_BACKOFF_MAX_S,
+    CRASH_BACKOFF_S,
+    CRASH_LOOP,
+    READY,
+    ContainerView,
+    exit_reason,
+    restart_delay,
+    restarts_after,
+)
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 10.0
@@ -103,6 +116,24 @@ class _Running:
     ready: bool = False
     started: bool = False  # the startup probe passed (or there is none)
     prober: asyncio.Task[None] | None = None
+    watcher: asyncio.Task[None] | None = None  # waits for the process to exit, then restarts it or not
+    started_at: str = ""
+    spawned: float = 0.0  # monotonic time of the current process's start
+    exit_code: int | None = None
+    finished_at: str = ""
+    waiting: str = ""  # CrashLoopBackOff while a restart waits
+    final: bool = False  # exited for good (restartPolicy)
+    backoff_steps: int = 0
+    stopping: bool = False
+
+    def view(self) -> ContainerView:
+        alive = self.process.returncode is None
+        reason = "" if self.exit_code is None else exit_reason(self.exit_code)
+        return ContainerView(
+            ready=self.ready and alive, running=alive, restarts=self.restarts, started_at=self.started_at,
+            exit_code=self.exit_code, exit_reason=reason, finished_at=self.finished_at,
+            waiting_reason=self.waiting, final=self.final,
+        )  # fmt: skip
 
 
 @dataclass
@@ -119,6 +150,8 @@ class ProcessRuntime:
     service_account_kubeconfig: Callable[[dict[str, Any]], Path] | None = None
     sandbox_dir: Path | None = None  # None: containers get no device files (nothing reads them)
     host_env: Callable[[str], dict[str, str]] | None = None  # node name -> what its kernel tells processes
+    crash_backoff_s: float = CRASH_BACKOFF_S  # the kubelet's first restart back-off (tests shorten it)
+    crash_backoff_max_s: float = CRASH_BACKOFF_MAX_S
     running: dict[str, _Running] = field(default_factory=dict)  # by pod uid
 
     @staticmethod
@@ -165,9 +198,11 @@ class ProcessRuntime:
         if self.sandbox_dir is not None:
             env[DEV_ROOT_ENV] = str(self._make_devices(pod["metadata"]["uid"], edits.device_nodes))
         process = await self._spawn(pod, env)
-        running = _Running(process, env, self.user_of(pod), node)
+        running = _Running(process, env, self.user_of(pod), node, started_at=now_rfc3339())
+        running.spawned = time.monotonic()
         self.running[pod["metadata"]["uid"]] = running
         self._start_prober(pod, running)
+        self._watch(pod, running)
         log.info(
             "simulated runtime: started %s/%s as pid %d",
             pod["metadata"]["namespace"],
@@ -219,22 +254,57 @@ class ProcessRuntime:
             raise
         return int(process.returncode or 0), output.decode(errors="replace").strip()
 
-    async def ready(self, pod: dict[str, Any]) -> bool:
-        """What the probes last said (restarting an exited container first, unless restartPolicy Never)."""
+    async def container(self, pod: dict[str, Any]) -> ContainerView:
+        """The container now: running (Ready as the probes last said), waiting to restart, or exited."""
         if not self.selects(pod):
-            return True
+            return READY
         running = self.running.get(pod["metadata"]["uid"])
         if running is None:
-            return False
-        if running.process.returncode is not None:
-            if (pod.get("spec") or {}).get("restartPolicy") == "Never":
-                return False
-            await self._stop_prober(running)
-            running.process = await self._spawn(pod, running.env)
-            running.restarts += 1
-            running.ready = running.started = False
-            self._start_prober(pod, running)
-        return running.ready
+            return ContainerView(ready=False, running=False)
+        return running.view()
+
+    async def ready(self, pod: dict[str, Any]) -> bool:
+        return (await self.container(pod)).ready
+
+    # ---- exits and restarts, as the kubelet decides them ------------------------------------------------
+    def _watch(self, pod: dict[str, Any], running: _Running) -> None:
+        name = f"exit {pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        running.watcher = asyncio.create_task(self._after_exit(pod, running, running.process), name=name)
+
+    def _changed(self, pod: dict[str, Any]) -> None:
+        if self.on_change is not None:
+            self.on_change(pod)
+
+    async def _after_exit(
+        self, pod: dict[str, Any], running: _Running, process: asyncio.subprocess.Process
+    ) -> None:
+        returncode = await process.wait()
+        if running.stopping or running.process is not process:
+            return
+        await self._stop_prober(running)
+        code = returncode if returncode >= 0 else 128 - returncode  # a signal, as runtimes report it
+        running.exit_code, running.finished_at = code, now_rfc3339()
+        running.ready = running.started = False
+        if not restarts_after((pod.get("spec") or {}).get("restartPolicy"), code):
+            running.final = True
+            log.info("simulated runtime: %s exited %d; not restarted", pod["metadata"]["name"], code)
+            self._changed(pod)
+            return
+        ran_s = time.monotonic() - running.spawned
+        delay, steps = restart_delay(
+            running.backoff_steps, ran_s, self.crash_backoff_s, self.crash_backoff_max_s
+        )
+        running.waiting = CRASH_LOOP if delay > 0 else ""
+        self._changed(pod)
+        await asyncio.sleep(delay)
+        if running.stopping or self.running.get(pod["metadata"]["uid"]) is not running:
+            return
+        running.process = await self._spawn(pod, running.env)
+        running.spawned, running.started_at = time.monotonic(), now_rfc3339()
+        running.restarts, running.backoff_steps, running.waiting = running.restarts + 1, steps, ""
+        self._start_prober(pod, running)
+        self._watch(pod, running)
+        self._changed(pod)
 
     # ---- probe workers ---------------------------------------------------------------------------------
     def _start_prober(self, pod: dict[str, Any], running: _Running) -> None:
@@ -244,6 +314,15 @@ class ProcessRuntime:
             return
         name = f"probes {pod['metadata']['namespace']}/{pod['metadata']['name']}"
         running.prober = asyncio.create_task(self._probe_container(pod, running), name=name)
+
+    @staticmethod
+    async def _stop_watching(running: _Running) -> None:
+        """No restart from here on (the pod is stopping or its node lost power)."""
+        running.stopping = True
+        task, running.watcher = running.watcher, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     @staticmethod
     async def _stop_prober(running: _Running) -> None:
@@ -331,6 +410,7 @@ class ProcessRuntime:
         gone = [uid for uid, running in self.running.items() if running.node == node]
         for uid in gone:
             running = self.running.pop(uid)
+            await self._stop_watching(running)
             await self._stop_prober(running)
             if running.process.returncode is None:
                 kill_tree(running.process.pid)
@@ -338,11 +418,24 @@ class ProcessRuntime:
             self._drop_sandbox(uid)
         return len(gone)
 
+    async def stop_all(self) -> None:
+        """Stop every container still running, restarting none (the rack or the test is ending)."""
+        for uid in list(self.running):
+            running = self.running[uid]
+            await self._stop_watching(running)
+            await self._stop_prober(running)
+            with contextlib.suppress(ProcessLookupError):
+                if running.process.returncode is None:
+                    running.process.terminate()
+        await asyncio.gather(*(r.process.wait() for r in self.running.values()))
+        self.running.clear()
+
     async def stop(self, pod: dict[str, Any]) -> None:
         running = self.running.pop(pod["metadata"]["uid"], None)
         if running is None:
             return
         self._drop_sandbox(pod["metadata"]["uid"])
+        await self._stop_watching(running)
         await self._stop_prober(running)
         if running.process.returncode is not None:
             return

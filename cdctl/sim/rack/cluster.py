@@ -39,7 +39,8 @@ from cdctl.sim.controllers.nodelifecycle import NodeLifecycleController
 from cdctl.sim.controllers.podgc import PodGarbageCollector
 from cdctl.sim.node import fakeimex, fakeimexmem
 from cdctl.sim.node.fakedriver import DriverFiles, write_driver_files
-from cdctl.sim.node.kubelet import ImmediateRuntime, NodeRouter, PodRuntime, SimKubelet
+from cdctl.sim.node.kubelet import NodeRouter, SimKubelet
+from cdctl.sim.node.runtime import ImmediateRuntime, PodRuntime
 from cdctl.sim.node.topology import Topology, build_topology
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from cdctl.sim.controllers.claimtemplates import ClaimTemplateController
 from cdctl.sim.node.cdiresolver import UnresolvableDevice, resolve
 from cdctl.sim.node.kubelet import SimKubelet
 from cdctl.sim.node.processruntime import ProcessRuntime, container_env
+from cdctl.sim.node.runtime import ContainerView, restart_delay, restarts_after
 from tests.sim.fakeplugin import serve_plugin
 from tests.sim.standins import DRIVER, add_classes, add_slice, add_template, get
 
@@ -129,33 +131,102 @@ async def test_pod_process_sees_cdi_env_and_becomes_ready_when_its_probe_passes(
             await kubelet.sync()
             assert process.returncode == 0, "SIGTERM ends the process cleanly"
         finally:
-            for running in runtime.running.values():
-                running.process.kill()
-                await asyncio.wait_for(running.process.wait(), 60)
+            await asyncio.wait_for(runtime.stop_all(), 60)
 
 
-async def test_an_exited_process_is_restarted_unless_restart_policy_is_never(tmp_path: Path) -> None:
-    runtime = ProcessRuntime(selects=lambda pod: True, cdi_dirs=lambda node: [], log_dir=tmp_path)
-    pods = []
-    for name, policy in (("always", "Always"), ("never", "Never")):
-        pod = {
-            "metadata": {"name": name, "namespace": "default", "uid": name},
-            "spec": {
-                "nodeName": NODE,
-                "restartPolicy": policy,
-                "securityContext": {"runAsUser": 0},
-                "containers": [{"name": "c", "command": [sys.executable, "-c", "pass"]}],
-            },
-        }
-        await runtime.start(pod, [])
-        await asyncio.wait_for(runtime.running[name].process.wait(), 60)
-        pods.append(pod)
-    assert await runtime.ready(pods[0]) is True
-    assert runtime.running["always"].restarts == 1
-    assert await runtime.ready(pods[1]) is False
-    assert runtime.running["never"].restarts == 0
-    for pod in pods:
+def _pod(name: str, policy: str, script: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default", "uid": name},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": policy,
+            "securityContext": {"runAsUser": 0},
+            "containers": [{"name": "c", "command": [sys.executable, "-c", script]}],
+        },
+    }
+
+
+async def _until_view(
+    runtime: ProcessRuntime, pod: dict[str, Any], holds: Callable[[ContainerView], bool]
+) -> ContainerView:
+    async with asyncio.timeout(30):
+        while not holds(view := await runtime.container(pod)):  # noqa: ASYNC110 - its exit watcher decides
+            await asyncio.sleep(0.01)
+    return view
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "phase"),
+    [("Never", 0, "Succeeded"), ("Never", 3, "Failed"), ("OnFailure", 0, "Succeeded")],
+)
+async def test_a_container_that_is_not_restarted_ends_its_pod_with_its_exit_code(
+    tmp_path: Path, policy: str, code: int, phase: str
+) -> None:
+    changes: list[str] = []
+    runtime = ProcessRuntime(
+        selects=lambda pod: True, cdi_dirs=lambda node: [], log_dir=tmp_path,
+        on_change=lambda pod: changes.append(pod["metadata"]["name"]),
+    )  # fmt: skip
+    pod = _pod("job", policy, f"raise SystemExit({code})")
+    await runtime.start(pod, [])
+    view = await _until_view(runtime, pod, lambda v: v.final)
+    assert (view.phase, view.exit_code, view.exit_reason, view.restarts, view.ready, view.running) == (
+        phase, code, "Completed" if code == 0 else "Error", 0, False, False,
+    )  # fmt: skip
+    assert changes, "the kubelet is woken to write the ended phase"
+    await runtime.stop(pod)
+
+
+async def test_a_failing_container_restarts_at_once_then_with_the_crash_loop_back_off(tmp_path: Path) -> None:
+    runtime = ProcessRuntime(
+        selects=lambda pod: True, cdi_dirs=lambda node: [], log_dir=tmp_path, crash_backoff_s=0.5
+    )
+    pod = _pod("crashy", "OnFailure", "raise SystemExit(2)")
+    await runtime.start(pod, [])
+    try:
+        # The first exit is restarted at once; the second waits, CrashLoopBackOff, its exit as lastState.
+        waiting = await _until_view(runtime, pod, lambda v: v.waiting_reason == "CrashLoopBackOff")
+        assert (waiting.restarts, waiting.exit_code, waiting.running, waiting.final) == (1, 2, False, False)
+        restarted = await _until_view(runtime, pod, lambda v: v.restarts == 2)
+        assert restarted.waiting_reason == "" and not restarted.final
+    finally:
         await runtime.stop(pod)
+    assert runtime.running == {}
+
+
+async def test_a_killed_container_reports_the_signal_as_its_exit_code(tmp_path: Path) -> None:
+    runtime = ProcessRuntime(selects=lambda pod: True, cdi_dirs=lambda node: [], log_dir=tmp_path)
+    pod = _pod("victim", "Never", "import time; time.sleep(60)")
+    await runtime.start(pod, [])
+    assert runtime.kill("victim")
+    view = await _until_view(runtime, pod, lambda v: v.final)
+    assert (view.phase, view.exit_code, view.exit_reason) == ("Failed", 137, "Error")
+    await runtime.stop(pod)
+
+
+@pytest.mark.parametrize(
+    ("restarts", "ran_s", "expected"),
+    [
+        (0, 0.0, (0.0, 1)),  # the first restart is at once
+        (1, 0.0, (10.0, 2)),
+        (2, 0.0, (20.0, 3)),
+        (5, 0.0, (160.0, 6)),
+        (6, 0.0, (300.0, 7)),  # capped at five minutes
+        (9, 0.0, (300.0, 10)),
+        (9, 600.0, (0.0, 1)),  # ten minutes of running start the back-off over
+    ],
+)
+def test_the_crash_loop_back_off_is_the_kubelets(restarts: int, ran_s: float, expected: tuple) -> None:
+    assert restart_delay(restarts, ran_s) == expected
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "restarted"),
+    [("Always", 0, True), ("Always", 1, True), (None, 0, True), ("OnFailure", 0, False),
+     ("OnFailure", 1, True), ("Never", 0, False), ("Never", 1, False)],
+)  # fmt: skip
+def test_which_exits_the_kubelet_restarts(policy: str | None, code: int, restarted: bool) -> None:
+    assert restarts_after(policy, code) is restarted
 
 
 async def test_readiness_is_probed_only_once_the_startup_probe_passed(tmp_path: Path) -> None:
@@ -243,3 +314,51 @@ async def test_a_container_gets_its_pods_bound_token_unless_it_opts_out(
     bound = automount is not False
     assert dump.read_text() == (str(tmp_path / "bound-kubeconfig") if bound else "/runtime/own")
     assert asked == (["ns/p"] if bound else [])
+
+
+async def test_an_ended_pod_is_reported_as_a_kubelet_reports_it_and_its_claim_unprepared(
+    socket_root: Path,
+) -> None:
+    """restartPolicy Never, exit 3: phase Failed, the container terminated with exit code 3 and reason Error,
+    Ready False (PodCompleted), and the claim unprepared, as the kubelet does for a terminated pod."""
+    store = ObjectStore()
+    add_classes(store)
+    add_template(store, "tmpl")
+    cdi_dir = socket_root / "cdi"
+    runtime = ProcessRuntime(
+        selects=lambda pod: True, cdi_dirs=lambda node: [cdi_dir], log_dir=socket_root / "logs"
+    )
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", runtime=runtime)
+    kubelet.register_node()
+    add_slice(store, NODE)
+    spec = {
+        "restartPolicy": "Never",
+        "securityContext": {"runAsUser": 0},
+        "containers": [{"name": "main", "image": "python", "command": [sys.executable, "-c", "exit(3)"]}],
+        "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "tmpl"}],
+    }
+    store.create(store.type_of("", "pods"), "default", {"metadata": {"name": "worker"}, "spec": spec})
+    async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
+        ClaimTemplateController(store).reconcile()
+        Allocator(store).reconcile()
+        claim_name = get(store, "", "pods", "worker")["status"]["resourceClaimStatuses"][0][
+            "resourceClaimName"
+        ]
+        claim_uid = get(store, "resource.k8s.io", "resourceclaims", claim_name)["metadata"]["uid"]
+        _write_spec(cdi_dir, "claim", {f"{claim_uid}-channel-0": []}, [])
+        await kubelet.sync()
+        async with asyncio.timeout(20):
+            while get(store, "", "pods", "worker")["status"].get("phase") != "Failed":
+                await asyncio.sleep(0.02)
+                await kubelet.sync()
+        status = get(store, "", "pods", "worker")["status"]
+        (container,) = status["containerStatuses"]
+        terminated = container["state"]["terminated"]
+        assert (terminated["exitCode"], terminated["reason"], container["restartCount"]) == (3, "Error", 0)
+        assert {c["type"]: (c["status"], c.get("reason")) for c in status["conditions"]}["Ready"] == (
+            "False", "PodCompleted",
+        )  # fmt: skip
+        await kubelet.sync()  # the pass after the phase was written tears the ended pod down
+        assert [call[0] for call in kubelet.unprepare_calls] == [DRIVER]
+        assert kubelet.running == {} and runtime.running == {}
+        assert get(store, "", "pods", "worker")["status"]["phase"] == "Failed", "an ended pod stays ended"

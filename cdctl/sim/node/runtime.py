@@ -1,0 +1,99 @@
+"""What the simulated kubelet asks of a container runtime, and the kubelet's rules for a container that exits.
+
+`PodRuntime` is the interface (cdctl.sim.node.processruntime runs real processes; `ImmediateRuntime` runs
+nothing and every pod is Ready at once). `ContainerView` is what the kubelet reads back to write the pod's
+status (cdctl.sim.node.podstatus). The restart rules are the kubelet's:
+
+* `restartPolicy: Never`, or `OnFailure` after exit code 0: the container is not restarted, and the pod's
+  phase becomes Succeeded (every container exited 0) or Failed.
+* `Always`, or `OnFailure` after a non-zero exit: restarted with the kubelet's crash-loop back-off. The
+  first restart is at once; each later one waits twice the one before, from `base_s` (10 s) up to `max_s`
+  (300 s), and the back-off starts over once a container has run for RESET_AFTER_S (10 minutes). While it
+  waits the container is `waiting` with reason CrashLoopBackOff.
+
+Pure: used by cdctl.sim.node.processruntime and cdctl.sim.node.kubelet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+CRASH_BACKOFF_S = 10.0  # the kubelet's initial container restart back-off
+CRASH_BACKOFF_MAX_S = 300.0  # and its cap (MaxContainerBackOff)
+RESET_AFTER_S = 600.0  # a container that ran this long starts its back-off over
+CRASH_LOOP = "CrashLoopBackOff"
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """A pod's (first) container as the runtime sees it now."""
+
+    ready: bool
+    running: bool = True
+    restarts: int = 0
+    started_at: str = ""
+    exit_code: int | None = None  # of its last exit (the terminated state, or lastState while restarting)
+    exit_reason: str = ""  # Completed, Error, OOMKilled ...
+    finished_at: str = ""
+    waiting_reason: str = ""  # CrashLoopBackOff while a restart waits out its back-off
+    final: bool = False  # exited and not to be restarted: the pod's phase ends
+
+    @property
+    def phase(self) -> str:
+        """The pod phase this container gives a one-container pod."""
+        if not self.final:
+            return "Running"
+        return "Succeeded" if self.exit_code == 0 else "Failed"
+
+
+READY = ContainerView(ready=True)
+
+
+def exit_reason(code: int) -> str:
+    """What a kubelet reports as a terminated container's reason."""
+    return "Completed" if code == 0 else "Error"  # OOMKilled needs the kernel's OOM killer: not modelled
+
+
+def restarts_after(policy: str | None, code: int) -> bool:
+    """Whether the kubelet restarts a container that exited with `code` under the pod's restartPolicy."""
+    if policy == "Never":
+        return False
+    if policy == "OnFailure":
+        return code != 0
+    return True  # Always, the default
+
+
+def restart_delay(
+    restarts: int, ran_s: float, base_s: float = CRASH_BACKOFF_S, max_s: float = CRASH_BACKOFF_MAX_S
+) -> tuple[float, int]:
+    """(seconds to wait before restarting, back-off steps taken after it) for a container restarted
+    `restarts` times in its current back-off that just ran for `ran_s`."""
+    if ran_s >= RESET_AFTER_S:
+        restarts = 0
+    if restarts == 0:
+        return 0.0, 1
+    return min(max_s, base_s * 2 ** (restarts - 1)), restarts + 1
+
+
+class PodRuntime(Protocol):
+    """What runs a pod's containers once its claims are prepared."""
+
+    async def start(self, pod: dict[str, Any], cdi_devices: list[str]) -> None: ...
+
+    async def container(self, pod: dict[str, Any]) -> ContainerView: ...
+
+    async def stop(self, pod: dict[str, Any]) -> None: ...
+
+
+class ImmediateRuntime:
+    """Runs nothing: every pod is Ready as soon as its claims are prepared."""
+
+    async def start(self, pod: dict[str, Any], cdi_devices: list[str]) -> None:
+        return None
+
+    async def container(self, pod: dict[str, Any]) -> ContainerView:
+        return READY
+
+    async def stop(self, pod: dict[str, Any]) -> None:
+        return None
