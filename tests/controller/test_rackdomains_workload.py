@@ -23,12 +23,14 @@ from typing import Any
 import pytest
 
 from cdctl.api.gates import HOST_MANAGED_IMEX, FeatureGates, parse_feature_gates
+from cdctl.api.imexgate import GateKeeper
 from cdctl.controller.app import run_controller
 from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import DRIVER_NAME, LABEL_CLIQUE_ID, LABEL_COMPUTE_DOMAIN
 from cdctl.domain.racks import rack_domain_name
 from cdctl.plugin.app import PluginProcess
+from cdctl.plugin.daemonclaims import DOMAINS_DIR
 from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.node.topology import NodeDeviceLib, Topology, build_topology
 from cdctl.sim.rack.chart import cluster_bootstrap_objects, daemon_service_accounts
@@ -118,18 +120,30 @@ def mpi_worker(index: int, app: str, template: str) -> dict[str, Any]:
 
 
 async def stand_in_for_daemons(cluster: SimCluster, topology: Topology) -> None:
-    """Label each daemon pod with its node's clique, as `cdctl daemon run` does at start."""
+    """Label each daemon pod with its node's clique, as `cdctl daemon run` does at start, and open the
+    handover gate in its domain directory once the plugin made it, as the daemon does when IMEX is READY."""
     pods = cluster.store.type_of("", "pods")
-    while True:
-        items, _ = cluster.store.list_objects(pods, DRIVER_NAMESPACE)
-        for pod in items:
-            labels = pod["metadata"].get("labels") or {}
-            node = (pod.get("spec") or {}).get("nodeName")
-            if LABEL_COMPUTE_DOMAIN in labels and node and LABEL_CLIQUE_ID not in labels:
-                with contextlib.suppress(Exception):  # a concurrent write: the next pass retries
-                    labels[LABEL_CLIQUE_ID] = topology.node(node).clique_id
-                    cluster.store.update(pods, DRIVER_NAMESPACE, pod["metadata"]["name"], pod)
-        await asyncio.sleep(0.1)
+    gates: dict[Path, GateKeeper] = {}
+    try:
+        while True:
+            items, _ = cluster.store.list_objects(pods, DRIVER_NAMESPACE)
+            for pod in items:
+                labels = pod["metadata"].get("labels") or {}
+                node = (pod.get("spec") or {}).get("nodeName")
+                if LABEL_COMPUTE_DOMAIN in labels and node and LABEL_CLIQUE_ID not in labels:
+                    with contextlib.suppress(Exception):  # a concurrent write: the next pass retries
+                        labels[LABEL_CLIQUE_ID] = topology.node(node).clique_id
+                        cluster.store.update(pods, DRIVER_NAMESPACE, pod["metadata"]["name"], pod)
+                if LABEL_COMPUTE_DOMAIN in labels and node:
+                    imexd = cluster.node_dir(node) / "plugins" / DRIVER_NAME / DOMAINS_DIR
+                    imexd = imexd / labels[LABEL_COMPUTE_DOMAIN]
+                    if imexd.is_dir() and imexd not in gates:
+                        gates[imexd] = GateKeeper(imexd)
+                        gates[imexd].open()
+            await asyncio.sleep(0.1)
+    finally:
+        for gate in gates.values():
+            gate.close()
 
 
 def plugin_config(cluster: SimCluster, node: str, kubeconfig: Path, gates: FeatureGates) -> PluginConfig:

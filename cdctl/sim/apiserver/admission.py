@@ -3,8 +3,10 @@
 Called by cdctl.sim.apiserver.store on every create and update: custom objects are defaulted and validated
 against their CRD (cdctl.sim.apiserver.crd), CRDs themselves are checked, ResourceClaim specs and the
 ResourceSlice driver and pool name are immutable, and new Pods, DaemonSets, Namespaces and CRDs get the status
-the API server gives them. A new Pod must name a ServiceAccount of its namespace (`default` when it names
-none), as the ServiceAccount admission plugin requires (`admit_service_account`); `default_service_account`
+the API server gives them; a new Pod tolerates the not-ready and unreachable NoExecute taints for 300 s
+unless it says otherwise (`default_toleration_seconds`, the DefaultTolerationSeconds plugin). A new Pod must
+name a ServiceAccount of its namespace (`default` when it names none), as the ServiceAccount admission
+plugin requires (`admit_service_account`); `default_service_account`
 is the one the controller-manager's service-account controller creates in every namespace.
 """
 
@@ -44,7 +46,7 @@ def _at(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
 def apply_create_defaults(resource_type: ResourceType, obj: dict[str, Any]) -> None:
     key = resource_type.storage_key
     if key == ("", "pods"):
-        obj.setdefault("spec", {})
+        default_toleration_seconds(obj.setdefault("spec", {}))
         obj.setdefault("status", {}).setdefault("phase", "Pending")
     elif key == DAEMON_SET_KEY:
         obj["status"] = {
@@ -122,6 +124,32 @@ def _validate_opaque_parameters(resource_type: ResourceType, obj: dict[str, Any]
                 f'{resource_type.kind} "{name}" is invalid: {path}.config[{index}].opaque.parameters: '
                 'Invalid value: "<value omitted>": must be a valid JSON object'
             )
+
+
+# The DefaultTolerationSeconds admission plugin: what a new pod tolerates of a node gone silent.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+DEFAULT_TOLERATION_SECONDS = 300
+
+
+def default_toleration_seconds(spec: dict[str, Any]) -> None:
+    """Add `tolerationSeconds: 300` tolerations of the not-ready and unreachable NoExecute taints to a pod
+    spec that has none for them (DefaultTolerationSeconds)."""
+    tolerations = list(spec.get("tolerations") or [])
+    for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
+        if any(_covers_no_execute(t, key) for t in tolerations):
+            continue
+        tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                            "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})  # fmt: skip
+    spec["tolerations"] = tolerations
+
+
+def _covers_no_execute(toleration: dict[str, Any], key: str) -> bool:
+    if toleration.get("effect") not in (None, "", "NoExecute"):
+        return False
+    if toleration.get("operator") == "Exists" and not toleration.get("key"):
+        return True  # tolerates every taint
+    return toleration.get("key") == key
 
 
 def default_service_account(namespace: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from cdctl.sim.apiserver.admission import TEMPLATE_GENERATION_ANNOTATION
+from cdctl.sim.apiserver.admission import NOT_READY_TAINT, TEMPLATE_GENERATION_ANNOTATION, UNREACHABLE_TAINT
 from cdctl.sim.apiserver.errors import ApiError
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.controllers import events
@@ -28,6 +28,7 @@ DAEMONSETS = ("apps", "daemonsets")
 PODS = ("", "pods")
 NODES = ("", "nodes")
 TEMPLATE_GENERATION_LABEL = "pod-template-generation"
+DAEMON_NO_EXECUTE_TAINTS = (NOT_READY_TAINT, UNREACHABLE_TAINT)
 COMPONENT = "daemonset-controller"
 
 
@@ -134,6 +135,11 @@ class DaemonSetController:
         labels[TEMPLATE_GENERATION_LABEL] = template_generation(daemonset)
         spec = copy.deepcopy(template.get("spec") or {})
         spec["nodeName"] = node
+        # As the DaemonSet controller: its pods stay on a node gone silent (never evicted by those taints).
+        spec["tolerations"] = [
+            *(spec.get("tolerations") or []),
+            *({"key": key, "operator": "Exists", "effect": "NoExecute"} for key in DAEMON_NO_EXECUTE_TAINTS),
+        ]
         return {
             "metadata": {
                 "generateName": f"{daemonset['metadata']['name']}-",

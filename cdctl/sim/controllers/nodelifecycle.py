@@ -7,9 +7,9 @@ across machines. A node not heard from for `grace_s` (the real `--node-monitor-g
 default) gets its Ready condition set to Unknown (reason NodeStatusUnknown, "Kubelet stopped posting node
 status."), the `node.kubernetes.io/unreachable` taints with effects NoSchedule and NoExecute, and every pod
 bound to it its Ready condition set to False (MarkPodsNotReady), so that endpoints and controllers stop
-counting on them. Once the kubelet posts Ready again the unreachable taints are removed. Evicting pods that do
-not tolerate the NoExecute taint (after their tolerationSeconds, 300 s by default) is not modelled: the
-scenarios delete a lost node well within that. Run by cdctl.sim.rack.cluster via a ControllerLoop with a
+counting on them. Once the kubelet posts Ready again the unreachable taints are removed. Pods that do not
+tolerate the NoExecute taint are evicted by cdctl.sim.controllers.tainteviction (after their
+tolerationSeconds, 300 s by default). Run by cdctl.sim.rack.cluster via a ControllerLoop with a
 resync; tests call `reconcile()` with their own clock.
 """
 

@@ -37,6 +37,7 @@ from cdctl.sim.controllers.controllerloop import ControllerLoop
 from cdctl.sim.controllers.daemonsets import DaemonSetController
 from cdctl.sim.controllers.nodelifecycle import NodeLifecycleController
 from cdctl.sim.controllers.podgc import PodGarbageCollector
+from cdctl.sim.controllers.tainteviction import TaintEvictionController
 from cdctl.sim.node import fakeimex, fakeimexmem
 from cdctl.sim.node.fakedriver import DriverFiles, write_driver_files
 from cdctl.sim.node.kubelet import NodeRouter, SimKubelet
@@ -80,6 +81,7 @@ class SimCluster(StartStop):
         daemonsets = DaemonSetController(self.store)
         self.node_lifecycle = NodeLifecycleController(self.store, grace_s=timings.node_monitor_grace_s)
         self.pod_gc = PodGarbageCollector(self.store, quarantine_s=timings.pod_gc_quarantine_s)
+        self.taint_eviction = TaintEvictionController(self.store)
         period = timings.node_monitor_period_s
         self.controllers = [
             ControllerLoop("claim-templates", self.store, claim_templates.kinds, claim_templates.reconcile),
@@ -87,6 +89,8 @@ class SimCluster(StartStop):
             ControllerLoop("daemonsets", self.store, daemonsets.kinds, daemonsets.reconcile),
             ControllerLoop("node-lifecycle", self.store, self.node_lifecycle.kinds,
                            self.node_lifecycle.reconcile, resync_s=period),
+            ControllerLoop("taint-eviction", self.store, self.taint_eviction.kinds,
+                           self.taint_eviction.reconcile, resync_s=period),
             ControllerLoop("pod-gc", self.store, self.pod_gc.kinds, self.pod_gc.reconcile,
                            resync_s=min(period, max(timings.pod_gc_quarantine_s / 4, 0.05))),
         ]  # fmt: skip
