@@ -18,6 +18,7 @@ TESTS = Path(__file__).resolve().parent
 WAITS = {"wait", "wait_closed", "join", "communicate", "get", "acquire"}
 INTENDED = {
     ("plugin/fakes.py", "self.paused[name].wait()"): "a request held until its test sets the event",
+    ("plugin/fakes.py", "self.opened.wait()"): "a closed gate's wake, held until its test opens the gate",
     ("plugin/healthchild.py", "asyncio.Event().wait()"): "a child process that serves until it is killed",
     ("sim/fakeplugin.py", "log.release.wait()"): "a call held until its test releases it",
     ("store/otlpreceiver.py", "self.release.wait()"): "an export held until its test releases it",

@@ -5,8 +5,9 @@ Ready condition; this monitor asks the same question so that every change betwee
 in the daemon's event log (`ImexReadinessChanged`, with what the daemon answered), and so that the handover
 gate (cdctl.daemon.gate) opens the moment the IMEX now running answers READY and closes when it stops
 answering. The first answer counts as a change only when it is READY (not ready is where every daemon
-starts). After IMEX starts or exits the monitor asks every FAST_POLL_S until READY, for up to FAST_WINDOW_S,
-then every `period_s`: a node waits for its IMEX a fraction of a second, not a whole period.
+starts). After IMEX starts or exits the monitor asks again after FAST_POLL_S, then after twice as long each
+time until READY, up to `period_s`: a node waits for its IMEX a fraction of a second, not a whole period, and
+an IMEX that stays not ready costs a few checks, not ten a second.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from cdctl.domain.imex import ImexReadinessChanged
 
 log = structlog.get_logger(__name__)
 FAST_POLL_S = 0.1
-FAST_WINDOW_S = 20.0
 
 
 class ReadinessMonitor:
@@ -45,7 +45,7 @@ class ReadinessMonitor:
         self.ready = False
         self.changes = 0
         self._seen_generation = -1
-        self._fast_until = 0.0
+        self._next_fast = FAST_POLL_S
 
     async def poll_once(self) -> bool:
         generation = self.gate.generation if self.gate is not None else 0
@@ -68,11 +68,13 @@ class ReadinessMonitor:
 
     def _next_wait(self, ready: bool) -> float:
         generation = self.gate.generation if self.gate is not None else 0
-        now = time.monotonic()
         if generation != self._seen_generation:
             self._seen_generation = generation
-            self._fast_until = now + FAST_WINDOW_S
-        return FAST_POLL_S if not ready and now < self._fast_until else self.period_s
+            self._next_fast = FAST_POLL_S
+        if ready:
+            return self.period_s
+        wait, self._next_fast = self._next_fast, self._next_fast * 2
+        return min(wait, self.period_s)
 
     async def run(self) -> None:
         while True:

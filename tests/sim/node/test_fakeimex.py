@@ -305,7 +305,7 @@ async def test_a_peer_that_does_not_list_this_imex_refuses_it(
     assert await _query(imex_env, b, "-q") == (0, "NOT_READY\n")
     assert await _query(imex_env, a_alone, "-q") == (0, "READY\n")
     daemons[0].terminate()
-    await daemons[0].wait()
+    await asyncio.wait_for(daemons[0].wait(), 30)
     await _start(imex_env, _write_config(tmp_path / "a", "10.0.0.1", ["10.0.0.1", "10.0.0.2"]), daemons)
     assert await _query(imex_env, b, "-N") == (0, "10.0.0.1\tUP\n10.0.0.2\tUP\n")
     assert await _query(imex_env, b, "-q") == (0, "READY\n")
