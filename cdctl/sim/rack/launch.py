@@ -78,6 +78,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT = "NVIDIA-GB200"
 KUBELET_TICK_S = 0.1
 NODES_PER_KUBELET_TICK_S = 180  # 18 nodes: 0.1 s; 144 nodes: 0.8 s
+JOBS_RESYNC_S = 1.0  # the Job stand-in's resync: a failed worker's replacement comes due on its own
 # What the rack's processes import, loaded once by the fork server.
 FORK_SERVER_PRELOAD = [
     "cdctl.cli.main", "cdctl.cli.controller", "cdctl.cli.plugin", "cdctl.cli.daemon",
@@ -146,7 +147,10 @@ class Rack:
         self.store = self.cluster.store
         serve_jobs(self.store)
         jobs = JobController(self.store)
-        self.cluster.controllers.append(ControllerLoop("jobs", self.store, jobs.kinds, jobs.reconcile))
+        # A resync: a failed worker's replacement is due when the back-off ends, not on a write.
+        self.cluster.controllers.append(
+            ControllerLoop("jobs", self.store, jobs.kinds, jobs.reconcile, resync_s=JOBS_RESYNC_S)
+        )
         self.controllers: dict[int, Component] = {}  # by replica
         self.controller_generations: dict[int, int] = {}  # replica -> its event log's generation (lost: +1)
         self.fork_server: ForkServer | None = None

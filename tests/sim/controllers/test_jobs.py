@@ -103,3 +103,86 @@ def test_a_deleted_pod_is_replaced_under_its_index() -> None:
     jobs.reconcile()
     assert _indices(store) == [0, 1, 2]
     assert store.get(store.type_of("", "pods"), "default", "train-1")["metadata"]["uid"] != first
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _end(store: ObjectStore, name: str, phase: str) -> None:
+    pods = store.type_of("", "pods")
+    pod = store.get(pods, "default", name)
+    pod["status"] = {"phase": phase}
+    store.update(pods, "default", name, pod, subresource="status")
+
+
+def _names(store: ObjectStore) -> list[str]:
+    pods, _ = store.list_objects(store.type_of("", "pods"), "default")
+    return sorted(p["metadata"]["name"] for p in pods)
+
+
+def _status(store: ObjectStore) -> dict[str, Any]:
+    return dict(store.get(store.type_of("batch", "jobs"), "default", "train")["status"])
+
+
+def test_a_failed_pod_is_kept_and_replaced_after_the_job_controllers_back_off() -> None:
+    store, clock = _store(), Clock()
+    _job(store, completions=2, parallelism=2)
+    jobs = JobController(store, clock=clock)
+    jobs.reconcile()
+    _end(store, "train-0", "Failed")
+    jobs.reconcile()
+    assert _names(store) == ["train-0", "train-1"], "the first failure waits 10 s for its replacement"
+    assert (_status(store)["active"], _status(store)["failed"]) == (1, 1)
+    clock.now += 10
+    jobs.reconcile()
+    assert _names(store) == ["train-0", "train-0-1", "train-1"], "kept, and replaced under a new name"
+    _end(store, "train-0-1", "Failed")
+    jobs.reconcile()
+    clock.now += 19
+    jobs.reconcile()
+    assert "train-0-2" not in _names(store), "the second failure since the last success waits 20 s"
+    clock.now += 1
+    jobs.reconcile()
+    assert "train-0-2" in _names(store)
+
+
+def test_a_job_whose_pods_failed_more_than_its_backoff_limit_fails_and_ends_its_pods() -> None:
+    store, clock = _store(), Clock()
+    job = _job(store, completions=2, parallelism=2)
+    jobs_type = store.type_of("batch", "jobs")
+    job["spec"]["backoffLimit"] = 1
+    store.update(jobs_type, "default", "train", job)
+    jobs = JobController(store, clock=clock, backoff_s=0.0)
+    jobs.reconcile()
+    _end(store, "train-0", "Failed")
+    jobs.reconcile()
+    _end(store, "train-0-1", "Failed")
+    jobs.reconcile()
+    assert _names(store) == ["train-0", "train-0-1"], "train-1 ended with the Job, failed pods kept"
+    status = _status(store)
+    assert (status["active"], status["failed"]) == (0, 2)
+    failed = {c["type"]: c for c in status["conditions"]}
+    assert failed["Failed"]["reason"] == failed["FailureTarget"]["reason"] == "BackoffLimitExceeded"
+    clock.now += 3_600
+    jobs.reconcile()
+    assert _names(store) == ["train-0", "train-0-1"], "a failed Job makes no more pods"
+
+
+def test_a_job_whose_indices_all_succeeded_completes() -> None:
+    store = _store()
+    _job(store, completions=2, parallelism=2)
+    jobs = JobController(store)
+    jobs.reconcile()
+    _end(store, "train-0", "Succeeded")
+    jobs.reconcile()
+    assert _names(store) == ["train-0", "train-1"], "a succeeded index gets no new pod"
+    _end(store, "train-1", "Succeeded")
+    jobs.reconcile()
+    status = _status(store)
+    assert (status["active"], status["succeeded"]) == (0, 2)
+    assert [c["type"] for c in status["conditions"]] == ["SuccessCriteriaMet", "Complete"]
