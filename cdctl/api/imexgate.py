@@ -97,29 +97,32 @@ class GateKeeper:
             os.close(fd)
 
 
-def live_holds(directory: Path, now: float | None = None) -> dict[str, float]:
-    """Claim uid -> expiry of every hold in `directory` that has not expired (unreadable ones count as
-    expiring HOLD_S after they were written: a torn write must not start a restart early)."""
-    now = time.time() if now is None else now
-    held: dict[str, float] = {}
+def _expiries(directory: Path) -> list[tuple[str, float]]:
+    """(path, expiry) of every hold in `directory` (an unreadable one expires HOLD_S after it was written: a
+    torn write must not start a restart early)."""
+    found: list[tuple[str, float]] = []
     try:
         entries = list(os.scandir(directory / HOLDS_DIR))
     except FileNotFoundError:
-        return held
+        return found
     for entry in entries:
         if entry.name.startswith("."):
             continue
         try:
-            text = Path(entry.path).read_text()
-            until = float(text.split()[0])
+            until = float(Path(entry.path).read_text().split()[0])
         except (OSError, ValueError, IndexError):
             try:
                 until = entry.stat().st_mtime + HOLD_S
             except FileNotFoundError:
                 continue
-        if until > now:
-            held[entry.name] = until
-    return held
+        found.append((entry.path, until))
+    return found
+
+
+def live_holds(directory: Path, now: float | None = None) -> dict[str, float]:
+    """Claim uid -> expiry of every hold in `directory` that has not expired."""
+    now = time.time() if now is None else now
+    return {Path(path).name: until for path, until in _expiries(directory) if until > now}
 
 
 def hold(directory: Path, claim_uid: str, hold_s: float = HOLD_S, now: float | None = None) -> float:
@@ -131,11 +134,10 @@ def hold(directory: Path, claim_uid: str, hold_s: float = HOLD_S, now: float | N
     staging = holds / f".{claim_uid}"
     staging.write_text(f"{until:.3f}\n")
     staging.replace(holds / claim_uid)
-    live = live_holds(directory, now)
-    for entry in os.scandir(holds):
-        if not entry.name.startswith(".") and entry.name not in live:
+    for path, expiry in _expiries(directory):
+        if expiry <= now:
             with contextlib.suppress(FileNotFoundError):
-                Path(entry.path).unlink()
+                Path(path).unlink()
     return until
 
 

@@ -155,7 +155,7 @@ class DaemonApp:
     async def _supervise(self, api: KubeApi, journal: Journal, stop: asyncio.Event) -> None:
         s = self.settings
         gate = DaemonGate(s.imexd_dir)
-        gate.reset()  # a gate a killed predecessor left behind says nothing about this daemon's IMEX
+        gate.close()  # a gate a killed predecessor left behind says nothing about this daemon's IMEX
         await asyncio.to_thread(self._write_files)
         supervisor = ImexSupervisor(
             [s.imex_binary, "-c", str(s.config_path)],
@@ -197,7 +197,6 @@ class DaemonApp:
                 asyncio.create_task(stop.wait(), name="stop"),
             )
         finally:
-            await supervisor.stop()
-            gate.reset()
+            await supervisor.stop()  # closes the gate
         if not stop.is_set():
             raise RetriableError("the peer watch ended unexpectedly")

@@ -31,11 +31,8 @@ class DaemonGate:
         self.generation = 0
         self.changed = asyncio.Event()  # set at every start and exit of IMEX (the monitor's wake-up)
 
-    @property
-    def is_open(self) -> bool:
-        return self.keeper.is_open
-
-    def reset(self) -> None:
+    def close(self) -> None:
+        """Closed at start (a gate a killed predecessor left behind) and when IMEX stops answering READY."""
         self.keeper.close()
 
     def imex_changed(self) -> None:
@@ -50,16 +47,13 @@ class DaemonGate:
             self.keeper.open()
         return self.keeper.is_open
 
-    def not_ready(self) -> None:
-        self.keeper.close()
-
-    async def drain(self, reason: str) -> float:
-        """Close the gate and wait out the holds written before; the seconds waited."""
+    async def drain(self, reason: str) -> None:
+        """Close the gate and wait out the holds written before."""
         self.keeper.close()
         started = time.monotonic()
         pending = await asyncio.to_thread(live_holds, self.directory)
         if not pending:
-            return 0.0
+            return
         log.info(
             "IMEX stop waits for claims handed a channel moments ago",
             reason=reason, claims=sorted(pending), until_s=round(max(pending.values()) - time.time(), 3),
@@ -68,6 +62,4 @@ class DaemonGate:
             await asyncio.sleep(DRAIN_POLL_S)
             live = await asyncio.to_thread(live_holds, self.directory)
             pending = {uid: until for uid, until in pending.items() if uid in live}
-        waited = time.monotonic() - started
-        log.info("holds drained; stopping IMEX", reason=reason, waited_s=round(waited, 3))
-        return waited
+        log.info("holds drained; stopping IMEX", reason=reason, waited_s=round(time.monotonic() - started, 3))

@@ -58,7 +58,7 @@ class ReadinessMonitor:
             # An answer about an IMEX that has since stopped says nothing about the one running now.
             ready = self.gate.ready(generation)
         elif self.gate is not None:
-            self.gate.not_ready()
+            self.gate.close()
         if ready != self.ready:
             self.ready = ready
             self.changes += 1

@@ -232,23 +232,21 @@ class DeviceState:
         a daemon closes the gate before it looks for holds, cdctl.api.imexgate)."""
         for directory in gates:
             closed = self.gates.hold(directory, uid)
-            if closed is not None:
-                self._release_handover(uid, gates)
+            if closed is not None:  # its hold is gone; holds taken before go with the failed attempt
                 log.info("prepare decision: wait, IMEX not ready now", claim=uid, reason=closed, v=V_DECISION)
                 raise DaemonNotReady(
                     f"IMEX on this node is not ready now ({directory.name}): {closed}",
                     functools.partial(self.gates.until_open, directory),
                 )
 
-    def _release_handover(self, uid: str, gates: list[Path] | None = None) -> None:
-        """Drop the claim's holds (where it may have written them when `gates` is not given)."""
-        if gates is None:
-            s = self.settings
-            rec = self.book.get(uid)
-            gates = [s.plugin_dir / SHARED_DIR]
-            if rec is not None and rec.domain_uid:
-                with contextlib.suppress(CdctlError):
-                    gates.append(domain_dir(s.plugin_dir, rec.domain_uid))
+    def _release_handover(self, uid: str) -> None:
+        """Drop the claim's holds, wherever it may have written them."""
+        s = self.settings
+        rec = self.book.get(uid)
+        gates = [s.plugin_dir / SHARED_DIR]
+        if rec is not None and rec.domain_uid:
+            with contextlib.suppress(CdctlError):
+                gates.append(domain_dir(s.plugin_dir, rec.domain_uid))
         for directory in gates:
             self.gates.release(directory, uid)
 

@@ -31,6 +31,7 @@ from cdctl.sim.apiserver.errors import AlreadyExists, ApiError
 from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.resources import ResourceType
 from cdctl.sim.apiserver.store import ObjectStore
+from cdctl.sim.controllers.claimtemplates import pod_is_finished
 from cdctl.sim.controllers.daemonsets import pod_is_ready
 
 JOBS = ("batch", "jobs")
@@ -95,7 +96,6 @@ DEFAULT_BACKOFF_LIMIT = 6
 POD_FAILURE_BACKOFF_S = 10.0  # the Job controller's DefaultJobPodFailureBackOff
 POD_FAILURE_BACKOFF_MAX_S = 600.0  # and MaxJobPodFailureBackOff
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-TERMINAL = ("Succeeded", "Failed")
 ENDING_CONDITIONS = frozenset({"FailureTarget", "Failed", "SuccessCriteriaMet", "Complete"})
 
 
@@ -157,7 +157,7 @@ class JobController:
         succeeded = [p for p in pods if _phase(p) == "Succeeded"]
         failed = [p for p in pods if _phase(p) == "Failed"]
         done = {_index(p) for p in succeeded}
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and _phase(p) not in TERMINAL]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and not pod_is_finished(p)]
         limit = int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
         if ended or len(failed) > limit or len(done) >= completions:
             if len(failed) > limit and not ended:

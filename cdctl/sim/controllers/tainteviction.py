@@ -22,6 +22,7 @@ from typing import Any
 
 from cdctl.sim.apiserver.errors import ApiError
 from cdctl.sim.apiserver.store import ObjectStore
+from cdctl.sim.controllers.claimtemplates import pod_is_finished
 from cdctl.sim.controllers.nodematch import tolerates
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class TaintEvictionController:
 
     def _consider(self, pod: dict[str, Any], taints: list[dict[str, Any]], tainted_for: float) -> None:
         meta = pod["metadata"]
-        if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if meta.get("deletionTimestamp") or pod_is_finished(pod):
             return
         delay = eviction_delay((pod.get("spec") or {}).get("tolerations") or [], taints)
         if delay is None or tainted_for < delay:

@@ -16,11 +16,6 @@ def with_addresses(status: dict[str, Any], pod_ip: str, host_ip: str, now: str) 
             "hostIPs": [{"ip": host_ip}], "startTime": now}  # fmt: skip
 
 
-def running_status(pod: dict[str, Any], ready: bool, now: str) -> dict[str, Any]:
-    """`pod`'s status as Running, Ready or not, every container started."""
-    return pod_status(pod, ContainerView(ready=ready, started_at=now), now)
-
-
 def _container_state(view: ContainerView, now: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(state, lastState) of a container as the kubelet reports them."""
     terminated = {

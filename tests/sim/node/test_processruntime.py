@@ -84,6 +84,15 @@ def _worker_pod(store: ObjectStore, marker: Path, dump: Path) -> dict[str, Any]:
     return store.create(store.type_of("", "pods"), "default", {"metadata": {"name": "worker"}, "spec": spec})
 
 
+def _allocate_worker_claim(store: ObjectStore, cdi_dir: Path, env: list[str]) -> None:
+    """Make and allocate the pod `worker`'s channel claim, and write the CDI spec its device resolves in."""
+    ClaimTemplateController(store).reconcile()
+    Allocator(store).reconcile()
+    claim_name = get(store, "", "pods", "worker")["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim_uid = get(store, "resource.k8s.io", "resourceclaims", claim_name)["metadata"]["uid"]
+    _write_spec(cdi_dir, "claim", {f"{claim_uid}-channel-0": env}, [])
+
+
 def _ready(store: ObjectStore) -> str:
     conditions = get(store, "", "pods", "worker")["status"].get("conditions") or []
     return {c["type"]: c["status"] for c in conditions}.get("Ready", "")
@@ -106,13 +115,7 @@ async def test_pod_process_sees_cdi_env_and_becomes_ready_when_its_probe_passes(
     marker, dump = socket_root / "ready", socket_root / "env"
     pod = _worker_pod(store, marker, dump)
     async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
-        ClaimTemplateController(store).reconcile()
-        Allocator(store).reconcile()
-        claim_name = get(store, "", "pods", "worker")["status"]["resourceClaimStatuses"][0][
-            "resourceClaimName"
-        ]
-        claim_uid = get(store, "resource.k8s.io", "resourceclaims", claim_name)["metadata"]["uid"]
-        _write_spec(cdi_dir, "claim", {f"{claim_uid}-channel-0": ["CLAIM_ENV=from-cdi"]}, [])
+        _allocate_worker_claim(store, cdi_dir, ["CLAIM_ENV=from-cdi"])
         try:
             await kubelet.sync()
             assert _ready(store) == "False", "the readiness probe fails until the marker exists"
@@ -339,13 +342,7 @@ async def test_an_ended_pod_is_reported_as_a_kubelet_reports_it_and_its_claim_un
     }
     store.create(store.type_of("", "pods"), "default", {"metadata": {"name": "worker"}, "spec": spec})
     async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
-        ClaimTemplateController(store).reconcile()
-        Allocator(store).reconcile()
-        claim_name = get(store, "", "pods", "worker")["status"]["resourceClaimStatuses"][0][
-            "resourceClaimName"
-        ]
-        claim_uid = get(store, "resource.k8s.io", "resourceclaims", claim_name)["metadata"]["uid"]
-        _write_spec(cdi_dir, "claim", {f"{claim_uid}-channel-0": []}, [])
+        _allocate_worker_claim(store, cdi_dir, [])
         await kubelet.sync()
         async with asyncio.timeout(20):
             while get(store, "", "pods", "worker")["status"].get("phase") != "Failed":
