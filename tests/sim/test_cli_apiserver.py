@@ -87,3 +87,18 @@ def test_a_free_port_lies_outside_the_kernels_ephemeral_range_and_can_be_bound()
         assert not low <= port <= high  # no client connection can hold it as its source port
         with socket.socket() as server:
             server.bind(("127.0.0.1", port))
+
+
+def test_a_free_port_is_never_handed_out_twice_by_one_process() -> None:
+    """A rack picks some forty ports before its components bind them: a port picked twice failed its start."""
+    picks = [free_port() for _ in range(500)]
+    assert len(set(picks)) == len(picks)
+
+
+def test_a_port_something_listens_on_is_skipped() -> None:
+    with socket.socket() as holder:
+        port = free_port()
+        following = FREE_PORT_RANGE[0] if port == FREE_PORT_RANGE[1] else port + 1  # the walk's next pick
+        holder.bind(("127.0.0.1", following))
+        holder.listen()
+        assert free_port() != following

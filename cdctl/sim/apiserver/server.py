@@ -143,21 +143,34 @@ class ApiServer(StartStop):
 # Below Linux's default ephemeral range (32768-60999), from which the kernel picks both a port for `bind(0)`
 # and the source port of every outgoing connection: a port probed free there was sometimes the source port of
 # a client's connection by the time the component bound it (EADDRINUSE, seen in CI). Here only another
-# explicit bind can collide, and the random pick makes that unlikely.
+# explicit bind can collide.
 FREE_PORT_RANGE = (20000, 32767)
+_handed_out: set[int] = set()
+_next_port = random.randint(*FREE_PORT_RANGE)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, for a server a component starts later (it must bind it itself)."""
-    for _ in range(200):
-        port = random.randint(*FREE_PORT_RANGE)
+    """A port nothing listens on now, for a server a component starts later (it must bind it itself).
+
+    One process never hands out a port twice: a rack picks some forty ports before its components bind them,
+    and random picks collided (EADDRINUSE at start about once in fifteen racks). So the picks walk the range
+    from a random start (other processes start elsewhere, rarely meeting it), skipping ports handed out.
+    """
+    global _next_port
+    low, high = FREE_PORT_RANGE
+    for _ in range(high - low + 1):
+        port = _next_port
+        _next_port = low if port >= high else port + 1
+        if port in _handed_out:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind((host, port))
             except OSError:
                 continue
-            return port
-    raise OSError(f"no free port on {host} in {FREE_PORT_RANGE[0]}-{FREE_PORT_RANGE[1]} after 200 tries")
+        _handed_out.add(port)
+        return port
+    raise OSError(f"no free port on {host} in {low}-{high}: all were taken or handed out")
 
 
 async def serve_until_stopped(settings: ServerSettings, kubeconfig_out: Path | None = None) -> None:
