@@ -277,7 +277,11 @@ async def test_a_force_deleted_pods_channel_stays_fenced_on_its_node_and_is_reus
         await _formed(rack, kept)
         (container,) = [w.uid for w in _running(rack, gone)]
         process = rack.runtime.running[container].process
-        _delete(rack, gone)  # its pod goes from the API at once; its container finishes its checkpoint
+        _delete(rack, gone)
+        # Force-deleted: its pod goes from the API at once; its container finishes its checkpoint.
+        pods = rack.store.type_of("", "pods")
+        for pod in list_pods(rack, gone.namespace):
+            rack.store.delete(pods, gone.namespace, pod["metadata"]["name"], grace_period_s=0)
         await until("the channel released", lambda: None if _channel_of_gone(rack, gone) else "still held")
         assert process.returncode is None, "the container still runs"
         # Another channel is free: a new domain elsewhere does not get the one just released.

@@ -29,7 +29,10 @@ NODES = 4
 NAMESPACE, DOMAIN, JOB = "team-a", "nvl", "nvl-job"
 MAX_NODES = max(NODES, NODES_PER_RACK)  # the controller's --max-nodes-per-imex-domain on this rack
 
-SHRINK_ORDER = ["worker gone", "label removed", "daemon gone", "index gone", "status unlisted"]
+# A deleted pod is Terminating until its kubelet has stopped it and unprepared its claims: the worker's
+# unprepare removes the node's label, the daemon leaves the clique on SIGTERM, then each pod goes.
+SHRINK_ORDER = ["worker terminating", "label removed", "daemon terminating", "index gone", "status unlisted"]
+GONE_AFTER = {"worker gone": "label removed", "daemon gone": "index gone"}
 GROW_ORDER = ["worker bound", "label added", "daemon bound", "daemon Ready", "status Ready"]
 
 
@@ -85,12 +88,20 @@ async def _grow_and_shrink(rack: Rack) -> None:
         assert shrunk.status == "Ready" and shrunk.labelled == staying
         assert {n: imex_starts(rack, before.daemons[n]) for n in staying} == dict.fromkeys(staying, 1)
         assert all(w.done for w in worker_states(rack, NAMESPACE, JOB)), "the staying workers run on"
+
+        def pods_left() -> str | None:
+            left = [n for n in leaving if timeline.first(n, "daemon gone", shrunk_at) is None]
+            return f"daemon pods still terminating on {sorted(left)}" if left else None
+
+        await until("the leaving daemons' pods are removed by their kubelets", pods_left)
         shrink_lags = {}
         for node in sorted(leaving):
             times = _in_order(timeline, node, SHRINK_ORDER, shrunk_at)
+            for gone, before_it in GONE_AFTER.items():
+                _in_order(timeline, node, [before_it, gone], shrunk_at)
             shrink_lags[node] = (times[-1] - times[0], times[-1] - times[2])
         for node in staying:
-            assert "index gone" not in timeline.of(node) and "daemon gone" not in timeline.of(node)
+            assert not {"index gone", "daemon terminating", "daemon gone"} & set(timeline.of(node))
 
         grown_at = time.monotonic()
         scale_job(rack, NAMESPACE, JOB, NODES)
@@ -121,8 +132,8 @@ async def _grow_and_shrink(rack: Rack) -> None:
             grow_lags[node] = (times[-1] - times[0], times[-1] - times[3])
     print()
     for node, (total, lag) in shrink_lags.items():
-        print(f"shrink {node}: worker gone -> status unlisted {total * 1000:.0f} ms "
-              f"(daemon gone -> status {lag * 1000:.0f} ms)")  # fmt: skip
+        print(f"shrink {node}: worker deleted -> status unlisted {total * 1000:.0f} ms "
+              f"(daemon deleted -> status {lag * 1000:.0f} ms)")  # fmt: skip
     for node, (total, lag) in grow_lags.items():
         print(f"grow {node}: worker bound -> status Ready {total * 1000:.0f} ms "
               f"(daemon Ready -> status Ready {lag * 1000:.0f} ms)")  # fmt: skip

@@ -4,8 +4,8 @@ controller and plugin dying at the worst moment, on small racks with the real co
 Each runs the seeds' scenario (form, fault, converge, tear down) and passes only if the workers end up
 Running with their channel again and nothing is left behind (`checks.leftovers`, asserted by the scenario's
 teardown), with every component that died restarted as the kubelet would (`faults.Restarter`):
-- a worker pod force-deleted, then another deleted (the simulated API server removes a pod at once either
-  way: graceful termination is not modelled, so the regular delete takes the forced path);
+- a worker pod force-deleted (grace period 0: gone from the API at once), then another deleted gracefully
+  (Terminating until its kubelet has stopped its container and unprepared its claim);
 - every IMEX daemon pod force-deleted at once (`-l resource.nvidia.com/computeDomain --force`);
 - the controller pod deleted mid-formation (its StatefulSet brings it back, on its event log or, with the
   volume lost, on an empty one);
@@ -75,7 +75,10 @@ def _delete_worker(index: int) -> Fault:
     async def fault(rack: Rack) -> None:
         before = _workers(rack)
         pod = next(p for p in list_pods(rack, NAMESPACE) if p["metadata"]["name"] == f"{JOB}-{index}")
-        rack.store.delete(rack.store.type_of("", "pods"), NAMESPACE, pod["metadata"]["name"])
+        grace = 0 if index == 0 else None  # `kubectl delete --force --grace-period=0`, or a plain delete
+        rack.store.delete(
+            rack.store.type_of("", "pods"), NAMESPACE, pod["metadata"]["name"], grace_period_s=grace
+        )
         await until("the job's replacement worker runs in the domain", _converged(rack, len(before)))
         after = _workers(rack)
         assert pod["metadata"]["uid"] not in after
@@ -104,7 +107,7 @@ async def _delete_every_daemon(rack: Rack) -> None:
     daemons = _daemon_pods(rack)
     assert len(daemons) == len(before)
     for pod in daemons:
-        rack.store.delete(pods, rack.settings.driver_namespace, pod["metadata"]["name"])
+        rack.store.delete(pods, rack.settings.driver_namespace, pod["metadata"]["name"], grace_period_s=0)
     old = {p["metadata"]["uid"] for p in daemons}
 
     def not_reformed() -> str | None:

@@ -235,7 +235,10 @@ async def test_a_stream_opened_on_a_closed_board_ends_at_once(node: Node, short_
 async def _follow_until_deregistered(kubelet: SimKubelet, stop: Any) -> list[str]:
     """The simulated kubelet registers the plugin and follows its health; `stop()` stops the plugin; the
     kubelet passes until it deregisters it. The errors its health stream logged."""
-    await kubelet.plugins.scan()
+    async with asyncio.timeout(10):
+        while DRIVER_NAME not in kubelet.plugins.plugins:  # a loaded machine may miss the first GetInfo
+            await kubelet.plugins.scan()
+            await asyncio.sleep(0.02)
     kubelet.health.follow(DRIVER_NAME, kubelet.plugins.plugins[DRIVER_NAME].endpoint)
     async with asyncio.timeout(10):
         while not kubelet.health.devices:  # noqa: ASYNC110 (the simulated kubelet's cache has no event)

@@ -341,6 +341,7 @@ class ApiRoutes:
         options, _ = await self._body(request)
         options = options if isinstance(options, dict) else {}
         propagation = request.query.get("propagationPolicy") or options.get("propagationPolicy")
+        grace = request.query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
         deleted = self.store.delete(
             self._storage(target),
             self._namespace(target),
@@ -350,6 +351,7 @@ class ApiRoutes:
             dry_run=bool(request.query.get("dryRun") or options.get("dryRun")),
             user=self._user(request),
             served=target.resource_type,
+            grace_period_s=grace_period_option(grace),
         )
         return self._respond(request, target, deleted)
 
@@ -486,3 +488,13 @@ def build_app(
         app.router.add_get(path, health)
     app.router.add_route("*", "/{tail:.*}", handle)
     return app
+
+
+def grace_period_option(value: object) -> int | None:
+    """DeleteOptions.gracePeriodSeconds, from the query or the body."""
+    if value is None:
+        return None
+    try:
+        return int(str(value))
+    except ValueError:
+        raise BadRequest(f"invalid value for gracePeriodSeconds: {value!r}: must be an integer") from None

@@ -13,17 +13,15 @@ the admin, or the identity of the controller they stand in for, writing the stor
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
-
-import orjson
+from typing import Any
 
 from cdctl.sim.apiserver import admission, defaulting
 from cdctl.sim.apiserver import crd as crds
 from cdctl.sim.apiserver import objectmeta as meta
+from cdctl.sim.apiserver.deletion import PODS_KEY, Deletion
 from cdctl.sim.apiserver.errors import (
     AlreadyExists,
     BadRequest,
@@ -35,6 +33,7 @@ from cdctl.sim.apiserver.errors import (
 )
 from cdctl.sim.apiserver.features import FeatureGates, drop_disabled_fields
 from cdctl.sim.apiserver.identity import ADMIN, UserInfo
+from cdctl.sim.apiserver.objectmeta import clone
 from cdctl.sim.apiserver.patch import APPLY_PATCH, apply_patch
 from cdctl.sim.apiserver.policies import BINDING_KEY, POLICY_KEY, AdmissionPolicies, AdmissionRequest
 from cdctl.sim.apiserver.resources import ResourceRegistry, ResourceType, builtin_registry
@@ -44,24 +43,9 @@ ObjectFilter = Callable[[Mapping[str, Any]], bool]
 CRD_KEY = admission.CRD_KEY
 NAMESPACE_KEY = admission.NAMESPACE_KEY
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-PODS_KEY = ("", "pods")
 
 
-T = TypeVar("T")
-
-
-def clone(obj: T) -> T:
-    """A deep copy of stored data, made as a real API server makes one: through its serialization (several
-    times cheaper than copy.deepcopy, which was most of the simulated server's CPU under load). Data that is
-    not JSON (a test's own Python objects) is copied with copy.deepcopy."""
-    try:
-        copied: T = orjson.loads(orjson.dumps(obj))
-    except TypeError:
-        return copy.deepcopy(obj)
-    return copied
-
-
-class ObjectStore:
+class ObjectStore(Deletion):
     """All objects of the simulated cluster; its methods are synchronous, so each write is atomic."""
 
     def __init__(
@@ -174,6 +158,14 @@ class ObjectStore:
 
     def exists_uid(self, uid: str) -> bool:
         return uid in self._uids
+
+    def peek_uid(self, uid: str) -> dict[str, Any] | None:
+        """The stored object with this uid, not copied (read only), or None."""
+        found = self._uids.get(uid)
+        if found is None:
+            return None
+        storage_key, namespace, name = found
+        return self._objects.get(storage_key, {}).get((namespace, name))
 
     def watch(
         self,
@@ -432,10 +424,15 @@ class ObjectStore:
         )
         if new == old:
             return clone(old)
-        if old["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+        if (
+            old["metadata"].get("deletionTimestamp")
+            and not new["metadata"].get("finalizers")
+            and not old["metadata"].get("deletionGracePeriodSeconds")
+        ):
             # The registry's delete during update: the last finalizer's removal is the object's deletion, one
             # revision and one DELETED event (of the object as stored, as etcd's previous value is); the
-            # answer is the object as the request left it.
+            # answer is the object as the request left it. Not within a grace period: the pod's kubelet
+            # deletes it when its containers have stopped.
             if not dry_run:
                 self._remove(resource_type, old)
             return new
@@ -497,145 +494,6 @@ class ObjectStore:
             served=served,
             strict=strict,
         )
-
-    # ---- delete, finalizers, garbage collection, namespaces ------------------------------------------------
-    def delete(
-        self,
-        resource_type: ResourceType,
-        namespace: str,
-        name: str,
-        *,
-        propagation: str | None = None,
-        preconditions: Mapping[str, Any] | None = None,
-        dry_run: bool = False,
-        user: UserInfo | None = None,
-        served: ResourceType | None = None,
-    ) -> dict[str, Any]:
-        """Delete now, or mark with deletionTimestamp while finalizers remain; returns the object."""
-        obj = self._find(resource_type, namespace, name)
-        for field, key in (("uid", "uid"), ("resourceVersion", "resourceVersion")):
-            wanted = (preconditions or {}).get(field)
-            if wanted and wanted != obj["metadata"].get(key):
-                raise Conflict(
-                    f"Precondition failed: {field} in precondition: {wanted}, {field} in object meta: "
-                    f"{obj['metadata'].get(key)}"
-                )
-        self._admit_policies(
-            "DELETE", resource_type, None, obj, subresource=None, user=user, dry_run=dry_run, served=served
-        )
-        if dry_run:
-            return clone(obj)
-        if resource_type.storage_key == NAMESPACE_KEY:
-            return self._terminate_namespace(resource_type, obj)
-        if propagation == "Orphan":
-            self._orphan_dependents(obj["metadata"]["uid"])
-        if obj["metadata"].get("finalizers"):
-            if obj["metadata"].get("deletionTimestamp"):
-                return clone(obj)
-            marked = clone(obj)
-            marked["metadata"]["deletionTimestamp"] = meta.now_rfc3339()
-            marked["metadata"]["deletionGracePeriodSeconds"] = 0
-            if "generation" in marked["metadata"]:  # the registry counts a graceful deletion as a change
-                marked["metadata"]["generation"] = int(marked["metadata"]["generation"]) + 1
-            return self._commit(resource_type, "MODIFIED", marked, obj)
-        return self._remove(resource_type, obj)
-
-    def delete_collection(
-        self,
-        resource_type: ResourceType,
-        namespace: str | None,
-        matches: ObjectFilter | None = None,
-        *,
-        user: UserInfo | None = None,
-        served: ResourceType | None = None,
-    ) -> list[dict[str, Any]]:
-        items, _ = self.list_objects(resource_type, namespace, matches)
-        deleted = []
-        for item in items:
-            item_meta = item["metadata"]
-            if self.exists_uid(item_meta["uid"]):
-                deleted.append(
-                    self.delete(
-                        resource_type,
-                        item_meta.get("namespace", ""),
-                        item_meta["name"],
-                        user=user,
-                        served=served,
-                    )
-                )
-        return deleted
-
-    def _remove(self, resource_type: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        current = self._bucket(resource_type).get(
-            (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
-        )
-        if current is None or current["metadata"]["uid"] != obj["metadata"]["uid"]:
-            return clone(obj)
-        removed = self._commit(resource_type, "DELETED", clone(current), current)
-        if resource_type.storage_key == CRD_KEY:
-            self._unserve_crd(removed)
-        self._collect_dependents(removed["metadata"]["uid"])
-        namespace = removed["metadata"].get("namespace")
-        if namespace:
-            self._finish_namespace_if_empty(namespace)
-        return removed
-
-    def _dependents(self, owner_uid: str) -> list[tuple[ResourceType, dict[str, Any]]]:
-        found = []
-        for storage_key, namespace, name in sorted(self._dependents_of.get(owner_uid, ())):
-            obj = self._objects.get(storage_key, {}).get((namespace, name))
-            refs = (obj or {}).get("metadata", {}).get("ownerReferences") or []
-            if obj is not None and any(ref.get("uid") == owner_uid for ref in refs):
-                found.append((self.type_of(*storage_key), obj))
-        return found
-
-    def _collect_dependents(self, owner_uid: str) -> None:
-        """Background cascading deletion: delete dependents left without any live owner, unlink the others."""
-        for resource_type, dependent in self._dependents(owner_uid):
-            refs = dependent["metadata"].get("ownerReferences") or []
-            live = [ref for ref in refs if self.exists_uid(str(ref.get("uid")))]
-            namespace, name = dependent["metadata"].get("namespace", ""), dependent["metadata"]["name"]
-            if not live:
-                self.delete(resource_type, namespace, name)
-            elif len(live) != len(refs):
-                unlinked = clone(dependent)
-                unlinked["metadata"]["ownerReferences"] = live
-                self.update(resource_type, namespace, name, unlinked)
-
-    def _orphan_dependents(self, owner_uid: str) -> None:
-        for resource_type, dependent in self._dependents(owner_uid):
-            unlinked = clone(dependent)
-            refs = unlinked["metadata"].get("ownerReferences") or []
-            unlinked["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != owner_uid]
-            metadata = unlinked["metadata"]
-            self.update(resource_type, metadata.get("namespace", ""), metadata["name"], unlinked)
-
-    def _terminate_namespace(self, resource_type: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        name = obj["metadata"]["name"]
-        result = clone(obj)
-        if not obj["metadata"].get("deletionTimestamp"):
-            marked = clone(obj)
-            marked["metadata"]["deletionTimestamp"] = meta.now_rfc3339()
-            marked.setdefault("status", {})["phase"] = "Terminating"
-            result = self._commit(resource_type, "MODIFIED", marked, obj)
-        for storage_key in list(self._objects):
-            contained = self.type_of(*storage_key)
-            if contained.namespaced:
-                self.delete_collection(contained, name)
-        self._finish_namespace_if_empty(name)
-        return result
-
-    def _finish_namespace_if_empty(self, namespace: str) -> None:
-        namespaces = self.type_of(*NAMESPACE_KEY)
-        found = self._bucket(namespaces).get(("", namespace))
-        if found is None or not found["metadata"].get("deletionTimestamp"):
-            return
-        if any(
-            key[0] == namespace for k, bucket in self._objects.items() if k != NAMESPACE_KEY for key in bucket
-        ):
-            return
-        if not found["metadata"].get("finalizers"):
-            self._remove(namespaces, found)
 
     # ---- CRDs ----------------------------------------------------------------------------------------------
     def _serve_crd(self, crd: dict[str, Any]) -> None:

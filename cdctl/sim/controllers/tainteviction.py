@@ -3,14 +3,16 @@
 For every pod bound to a node with NoExecute taints (the node lifecycle controller's
 `node.kubernetes.io/unreachable`, or any other), `eviction_delay` decides as the real controller's
 `getMinTolerationTime` does: a taint the pod does not tolerate evicts it at once; otherwise it is evicted once
-the smallest `tolerationSeconds` among the tolerations that match has passed since the taint appeared
-(a matching toleration without `tolerationSeconds` tolerates it for ever). Every pod gets 300 s for the
+the smallest `tolerationSeconds` among the tolerations that match has passed since the taint appeared (a
+matching toleration without `tolerationSeconds` tolerates it for ever). Every pod gets 300 s for the
 unreachable and not-ready taints unless it says otherwise (the DefaultTolerationSeconds admission plugin,
-cdctl.sim.apiserver.admission); DaemonSet pods tolerate both for ever (cdctl.sim.controllers.daemonsets).
-An eviction is a delete of the pod. When a taint appeared is noted on this controller's own clock when it
-first sees it (never comparing timestamps across machines), and forgotten once the taint is gone, so a taint
-removed before the deadline evicts nobody. Run by cdctl.sim.rack.cluster via a ControllerLoop with a resync;
-tests call `reconcile()` with their own clock.
+cdctl.sim.apiserver.admission); DaemonSet pods tolerate both for ever (cdctl.sim.controllers.daemonsets). An
+eviction, as the real controller's `addConditionAndDeletePod`, adds the pod condition DisruptionTarget (reason
+DeletionByTaintManager) and deletes the pod with its own grace period: on an unreachable node it then stays
+Terminating until its kubelet is back (cdctl.sim.apiserver.deletion). When a taint appeared is noted on this
+controller's own clock when it first sees it (never comparing timestamps across machines), and forgotten once
+the taint is gone, so a taint removed before the deadline evicts nobody. Run by cdctl.sim.rack.cluster via a
+ControllerLoop with a resync; tests call `reconcile()` with their own clock.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cdctl.sim.apiserver.errors import ApiError
+from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.controllers.claimtemplates import pod_is_finished
 from cdctl.sim.controllers.nodematch import tolerates
+from cdctl.sim.controllers.podgc import DISRUPTION_TARGET
 
 log = logging.getLogger(__name__)
 NODES = ("", "nodes")
@@ -85,10 +89,32 @@ class TaintEvictionController:
         delay = eviction_delay((pod.get("spec") or {}).get("tolerations") or [], taints)
         if delay is None or tainted_for < delay:
             return
+        pods = self.store.type_of(*PODS)
         try:
-            self.store.delete(self.store.type_of(*PODS), meta["namespace"], meta["name"])
+            self._mark_disruption(pod)
+            self.store.delete(pods, meta["namespace"], meta["name"], preconditions={"uid": meta["uid"]})
         except ApiError:  # gone meanwhile
             return
         self.evicted.append(f"{meta['namespace']}/{meta['name']}")
         log.info("taint eviction: deleted pod %s/%s on node %s", meta["namespace"], meta["name"],
                  (pod.get("spec") or {}).get("nodeName"))  # fmt: skip
+
+    def _mark_disruption(self, pod: dict[str, Any]) -> None:
+        pods = self.store.type_of(*PODS)
+        latest = self.store.get(pods, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        status = dict(latest.get("status") or {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != DISRUPTION_TARGET]
+        conditions.append(
+            {
+                "type": DISRUPTION_TARGET,
+                "status": "True",
+                "reason": "DeletionByTaintManager",
+                "message": "Taint manager: deleting due to NoExecute taint",
+                "lastTransitionTime": now_rfc3339(),
+            }
+        )
+        status["conditions"] = conditions
+        meta = latest["metadata"]
+        self.store.update(
+            pods, meta["namespace"], meta["name"], {**latest, "status": status}, subresource="status"
+        )

@@ -50,40 +50,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpclib
-from grpclib.client import Channel
-from grpclib.exceptions import StreamTerminatedError
-
-from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1 as dra_v1
-from cdctl._proto.k8s.io.kubelet.pkg.apis.dra import v1beta1 as dra_v1beta1
-from cdctl.sim.apiserver.claimrefs import allocated_node, claim_names
+from cdctl.sim.apiserver.deletion import PODS_KEY as PODS
+from cdctl.sim.apiserver.deletion import TERMINAL_PHASES
 from cdctl.sim.apiserver.errors import ApiError, NotFound
 from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.store import ObjectStore
-from cdctl.sim.apiserver.watch import StoredEvent, Watcher, WatchEvent
+from cdctl.sim.apiserver.watch import Watcher, WatchEvent
 from cdctl.sim.node.cdiresolver import UnresolvableDevice, resolve
+from cdctl.sim.node.draclient import (
+    ClaimRef,
+    NotPreparableYet,
+    PrepareFailed,
+    call_plugin,
+    check_answer,
+    claims_by_driver,
+)
 from cdctl.sim.node.healthwatch import HealthWatch, PreparedDevice, allocated_resources_status
 from cdctl.sim.node.noderegistration import register, renew_lease
-from cdctl.sim.node.pluginwatcher import PluginWatcher, RegisteredPlugin
+from cdctl.sim.node.noderouter import NodeRouter, concerned_nodes
+from cdctl.sim.node.pluginwatcher import PluginWatcher
 from cdctl.sim.node.podstatus import pod_status, with_addresses
 from cdctl.sim.node.runtime import ContainerView, ImmediateRuntime, PodRuntime
+from cdctl.sim.node.termination import finish_deletion, is_terminating, with_deletion_grace
 
 log = logging.getLogger(__name__)
-PREPARE_TIMEOUT_S = 45.0
-PODS = ("", "pods")
-TERMINAL_PHASES = ("Succeeded", "Failed")
 NODES = ("", "nodes")
-CLAIMS = ("resource.k8s.io", "resourceclaims")
 SLICES = ("resource.k8s.io", "resourceslices")
-_STUBS: dict[str, Any] = {"v1.DRAPlugin": dra_v1, "v1beta1.DRAPlugin": dra_v1beta1}
-
-
-class PrepareFailed(Exception):
-    """A plugin call failed as a whole or for one claim; the kubelet tries again after a backoff."""
-
-
-class NotPreparableYet(PrepareFailed):
-    """The pod's claims are not allocated and reserved yet, or its driver is not registered: try next pass."""
 
 
 def _ready_condition(pod: Mapping[str, Any]) -> bool | None:
@@ -92,48 +84,6 @@ def _ready_condition(pod: Mapping[str, Any]) -> bool | None:
         if condition.get("type") == "Ready":
             return bool(condition.get("status") == "True")
     return None
-
-
-def concerned_nodes(obj: Mapping[str, Any]) -> set[str]:
-    """The nodes a write of `obj` concerns: a pod or slice bound there (spec.nodeName), a claim allocated
-    there."""
-    nodes = {str((obj.get("spec") or {}).get("nodeName") or ""), str(allocated_node(dict(obj)) or "")}
-    return nodes - {""}
-
-
-class NodeRouter:
-    """Hands each committed write to the kubelets of the nodes it concerns (a pod bound there, a slice or an
-    allocated claim there; before or after the write), deciding that once per write: with a watch of its own
-    each of 144 kubelets judged every write of the cluster. Created by cdctl.sim.rack.cluster for its
-    kubelets."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self._queues: dict[str, Watcher] = {}
-        store.hub.listeners.append(self._route)
-
-    def attach(self, node: str) -> Watcher:
-        watcher = Watcher(None, None, None, droppable=False)
-        self._queues[node] = watcher
-        return watcher
-
-    def detach(self, node: str) -> None:
-        self._queues.pop(node, None)
-
-    def _route(self, event: StoredEvent) -> None:
-        nodes = concerned_nodes(event.obj)
-        if event.previous is not None:
-            nodes |= concerned_nodes(event.previous)
-        for node in nodes:
-            watcher = self._queues.get(node)
-            if watcher is not None:
-                watcher.queue.put_nowait(WatchEvent(event.type, event.obj, event.storage_key))
-
-
-@dataclass(frozen=True)
-class ClaimRef:
-    namespace: str
-    uid: str
-    name: str
 
 
 @dataclass
@@ -191,6 +141,7 @@ class SimKubelet:
         self.claim_devices: dict[str, list[PreparedDevice]] = {}  # claim uid -> what its prepare returned
         self.pod_claims: dict[str, dict[str, str]] = {}  # pod uid -> pod claim name -> claim uid
         self._workers: set[str] = set()  # pods this run of the kubelet has seen bound here (its pod workers)
+        self._exit_codes: dict[str, int] = {}  # pod uid -> its stopped container's exit code, until removed
         self._lease_renewed_at = float("-inf")
         self._dra_reconciled_at = 0.0
         self.powered = True
@@ -375,8 +326,10 @@ class SimKubelet:
         await self.plugins.scan()
         self._wipe_slices_of_gone_drivers()
         live = self._live_pods()  # the kubelet's spec.nodeName field selector
+        terminating = self._terminating_pods()
         for uid in [u for u in {*self.running, *self.claim_refs, *self._starting} if u not in live]:
-            if uid not in self._workers and uid not in self.running and uid not in self._starting:
+            known = uid in self._workers or uid in self.running or uid in self._starting or uid in terminating
+            if not known:
                 continue  # known only from the DRA checkpoint: the DRA manager's reconcile unprepares it
             if not wait:  # the pod's own worker: its containers' grace period holds back no other pod
                 if uid not in self._stopping:
@@ -384,6 +337,8 @@ class SimKubelet:
                 continue
             await self._cancel_start(uid)
             await self._teardown(uid, live)
+        for uid in terminating - {*self.running, *self.claim_refs, *self._starting, *self._stopping}:
+            finish_deletion(self.store, uid, None)  # nothing ran here for it: it only needs removing
         self._workers.update(live)
         for uid, pod in live.items():
             if uid in self.running:
@@ -413,15 +368,18 @@ class SimKubelet:
         no pod live by then still uses."""
         try:
             await self._cancel_start(uid)
-            running = self.running.get(uid)
-            if running is not None:
+            if uid in self.running:
                 # Shielded: a kubelet restart mid-way leaves the container stopping, never untracked alive.
-                await asyncio.shield(self.runtime.stop(running.pod))
+                await asyncio.shield(self._stop_containers(uid))
             await self._teardown(uid, self._live_pods())
         except ApiError as error:
             log.warning("simulated kubelet %s: tearing down %s: %s", self.node_name, uid, error)
         finally:
             self._stopping.pop(uid, None)
+
+    def _terminating_pods(self) -> set[str]:
+        """Pods bound here that the API server marked for deletion: the kubelet ends and removes them."""
+        return {p["metadata"]["uid"] for p in self.store.pods_on_node(self.node_name) if is_terminating(p)}
 
     def _live_pods(self) -> dict[str, dict[str, Any]]:
         return {
@@ -533,67 +491,18 @@ class SimKubelet:
         self._retry_at.pop(uid, None)
 
     def _claims_by_driver(self, pod: dict[str, Any]) -> dict[str, list[ClaimRef]]:
-        names = claim_names(pod)
-        if names is None:
-            raise NotPreparableYet("waiting for the pod's ResourceClaims to be created")
-        namespace = pod["metadata"]["namespace"]
-        by_driver: dict[str, list[ClaimRef]] = {}
-        pod_claim_names = [
-            str(c.get("name", "")) for c in (pod.get("spec") or {}).get("resourceClaims") or []
-        ]
-        by_pod_name: dict[str, str] = {}
-        for pod_claim_name, name in zip(pod_claim_names, names, strict=False):
-            try:
-                claim = self.store.get(self.store.type_of(*CLAIMS), namespace, name)
-            except NotFound as error:
-                raise NotPreparableYet(f"ResourceClaim {namespace}/{name} does not exist") from error
-            status = claim.get("status") or {}
-            if not any(r.get("uid") == pod["metadata"]["uid"] for r in status.get("reservedFor") or []):
-                raise NotPreparableYet(f"ResourceClaim {namespace}/{name} is not reserved for the pod yet")
-            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-            ref = ClaimRef(namespace, claim["metadata"]["uid"], name)
-            by_pod_name[pod_claim_name] = ref.uid
-            for driver in sorted({r["driver"] for r in results}):
-                by_driver.setdefault(driver, []).append(ref)
+        by_driver, by_pod_name = claims_by_driver(self.store, pod)
         self.pod_claims[pod["metadata"]["uid"]] = by_pod_name
         return by_driver
 
-    def _plugin(self, driver: str) -> RegisteredPlugin:
+    async def _call(self, driver: str, refs: list[ClaimRef], prepare: bool) -> dict[str, Any]:
         plugin = self.plugins.plugins.get(driver)
         if plugin is None:
             raise NotPreparableYet(f"DRA driver {driver} is not registered")
-        return plugin
-
-    async def _call(self, driver: str, refs: list[ClaimRef], prepare: bool) -> dict[str, Any]:
-        plugin = self._plugin(driver)
-        module = _STUBS[plugin.service]
-        claims = [module.Claim(namespace=r.namespace, uid=r.uid, name=r.name) for r in refs]
-        channel = Channel(path=str(plugin.endpoint))
-        try:
-            stub = module.DraPluginStub(channel)
-            if prepare:
-                request = module.NodePrepareResourcesRequest(claims=claims)
-                response = await stub.node_prepare_resources(request, timeout=PREPARE_TIMEOUT_S)
-            else:
-                request = module.NodeUnprepareResourcesRequest(claims=claims)
-                response = await stub.node_unprepare_resources(request, timeout=PREPARE_TIMEOUT_S)
-        except (OSError, TimeoutError, grpclib.GRPCError, StreamTerminatedError) as error:
-            verb = "NodePrepareResources" if prepare else "NodeUnprepareResources"
-            raise PrepareFailed(f"{verb} for {driver}: {error}") from error
-        finally:
-            channel.close()
+        answered = await call_plugin(plugin, driver, refs, prepare=prepare)
         calls = self.prepare_calls if prepare else self.unprepare_calls
         calls.append((driver, plugin.service, [r.uid for r in refs]))
-        answered = dict(response.claims)
-        missing = [r.uid for r in refs if r.uid not in answered]
-        if missing:
-            raise PrepareFailed(f"{driver} left out/skipped {len(missing)} claims: {missing}")
-        unknown = sorted(set(answered) - {r.uid for r in refs})
-        if unknown:
-            raise PrepareFailed(f"{driver} answered for claims it was not asked about: {unknown}")
-        failed = {uid: entry.error for uid, entry in answered.items() if entry.error}
-        if failed:
-            raise PrepareFailed(f"{driver} failed claims: {failed}")
+        check_answer(driver, refs, answered)
         return answered
 
     async def _prepare(self, driver: str, refs: list[ClaimRef]) -> list[str]:
@@ -605,10 +514,18 @@ class SimKubelet:
             ]
         return [cdi for ref in refs for device in answered[ref.uid].devices for cdi in device.cdi_device_ids]
 
-    async def _teardown(self, uid: str, live: dict[str, dict[str, Any]]) -> None:
+    async def _stop_containers(self, uid: str) -> None:
+        """Stop the pod's containers, within its deletion's grace period if it is being deleted."""
         running = self.running.get(uid)
         if running is not None:
-            await self.runtime.stop(running.pod)
+            code = await self.runtime.stop(with_deletion_grace(running.pod, self.store.peek_uid(uid)))
+            if code is not None:
+                self._exit_codes[uid] = code
+
+    async def _teardown(self, uid: str, live: dict[str, dict[str, Any]]) -> None:
+        """Stop a pod that is gone, ended or being deleted; unprepare its claims that no live pod uses; and,
+        for a pod being deleted, write its final status and delete it (cdctl.sim.node.termination)."""
+        await self._stop_containers(uid)
         still_used = {
             ref.uid
             for other_uid, by_driver in self.claim_refs.items()
@@ -632,6 +549,7 @@ class SimKubelet:
                     self.claim_devices.pop(ref.uid, None)
         self.pod_claims.pop(uid, None)
         self._forget_failures(uid)
+        finish_deletion(self.store, uid, self._exit_codes.pop(uid, None))
 
     # ---- pod status ----------------------------------------------------------------------------------------
     async def _refresh_readiness(self, running: RunningPod, pod: dict[str, Any], first: bool = False) -> None:

@@ -16,7 +16,8 @@ container is Ready once started. Each change of readiness, each exit and each re
 `probe_period_s`, when set, replaces every period (tests). An exited process is restarted or not as the
 kubelet decides (cdctl.sim.node.runtime: the restartPolicy, then the crash-loop back-off from
 `crash_backoff_s`); one that is not leaves the pod's phase Succeeded or Failed with its exit code. Stop sends
-SIGTERM, and SIGKILL after the pod's `terminationGracePeriodSeconds` (unset: STOP_GRACE_S). Other
+SIGTERM, and SIGKILL after the deleted pod's `deletionGracePeriodSeconds` or else its
+`terminationGracePeriodSeconds` (unset: STOP_GRACE_S); `stop` answers the exit code. Other
 pods are Ready at once. `kill(pod)` is `kill -9` of the container (it and what it started die; it is
 restarted as any exited container is); `kill_node(node)` is the node
 losing power: every container there dies and is forgotten. Output goes to `<log_dir>/<namespace>_<pod>.log`.
@@ -59,9 +60,11 @@ from cdctl.sim.node.runtime import (
     CRASH_LOOP,
     READY,
     ContainerView,
+    exit_code,
     exit_reason,
     restart_delay,
     restarts_after,
+    stop_grace_s,
 )
 
 log = logging.getLogger(__name__)
@@ -282,7 +285,7 @@ class ProcessRuntime:
         if running.stopping or running.process is not process:
             return
         await self._stop_prober(running)
-        code = returncode if returncode >= 0 else 128 - returncode  # a signal, as runtimes report it
+        code = exit_code(returncode)
         running.exit_code, running.finished_at = code, now_rfc3339()
         running.ready = running.started = False
         if not restarts_after((pod.get("spec") or {}).get("restartPolicy"), code):
@@ -430,23 +433,22 @@ class ProcessRuntime:
         await asyncio.gather(*(r.process.wait() for r in self.running.values()))
         self.running.clear()
 
-    async def stop(self, pod: dict[str, Any]) -> None:
+    async def stop(self, pod: dict[str, Any]) -> int | None:
         running = self.running.pop(pod["metadata"]["uid"], None)
         if running is None:
-            return
+            return None
         self._drop_sandbox(pod["metadata"]["uid"])
         await self._stop_watching(running)
         await self._stop_prober(running)
         if running.process.returncode is not None:
-            return
+            return exit_code(running.process.returncode)
         with contextlib.suppress(ProcessLookupError):
             running.process.send_signal(signal.SIGTERM)
-        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        grace = stop_grace_s(pod)
         try:
-            await asyncio.wait_for(
-                running.process.wait(), timeout=STOP_GRACE_S if grace is None else float(grace)
-            )
+            await asyncio.wait_for(running.process.wait(), timeout=STOP_GRACE_S if grace is None else grace)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 running.process.kill()
             await running.process.wait()
+        return exit_code(running.process.returncode or 0)

@@ -16,6 +16,7 @@ Pure: used by cdctl.sim.node.processruntime and cdctl.sim.node.kubelet.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -83,7 +84,30 @@ class PodRuntime(Protocol):
 
     async def container(self, pod: dict[str, Any]) -> ContainerView: ...
 
-    async def stop(self, pod: dict[str, Any]) -> None: ...
+    async def stop(self, pod: dict[str, Any]) -> int | None:
+        """SIGTERM, then SIGKILL after `stop_grace_s(pod)`; the exit code (None: nothing was running)."""
+        ...
+
+
+def stop_grace_s(pod: Mapping[str, Any]) -> float | None:
+    """How long a stopping container may take after SIGTERM: a deleted pod's deletionGracePeriodSeconds,
+    else its terminationGracePeriodSeconds (None: neither is set)."""
+    grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+    if grace is None:
+        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return None if grace is None else float(grace)
+
+
+def exit_code(returncode: int) -> int:
+    """A process's return code as a runtime reports it: death by signal N is 128 + N."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def stopped(code: int, now: str) -> ContainerView:
+    """A container the kubelet stopped for good (its pod was deleted)."""
+    return ContainerView(
+        ready=False, running=False, exit_code=code, exit_reason=exit_reason(code), finished_at=now, final=True
+    )
 
 
 class ImmediateRuntime:
@@ -95,5 +119,5 @@ class ImmediateRuntime:
     async def container(self, pod: dict[str, Any]) -> ContainerView:
         return READY
 
-    async def stop(self, pod: dict[str, Any]) -> None:
-        return None
+    async def stop(self, pod: dict[str, Any]) -> int | None:
+        return 0  # nothing runs, so nothing is slow to end

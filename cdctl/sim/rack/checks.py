@@ -69,6 +69,14 @@ def _list(rack: Rack, group: str, plural: str, namespace: str | None = None) -> 
     return rack.store.list_objects(rack.store.type_of(group, plural), namespace, copies=False)[0]
 
 
+def _shown_phase(pod: dict[str, Any]) -> str:
+    """The pod's phase as `kubectl get pods` shows it: Terminating while a deleted pod's kubelet ends it."""
+    phase = str((pod.get("status") or {}).get("phase", "Pending"))
+    if pod["metadata"].get("deletionTimestamp") and phase not in ("Succeeded", "Failed"):
+        return "Terminating"
+    return phase
+
+
 def list_pods(rack: Rack, namespace: str) -> list[dict[str, Any]]:
     return _list(rack, "", "pods", namespace)
 
@@ -168,7 +176,7 @@ def worker_states(
                 pod["metadata"]["name"],
                 uid,
                 node,
-                str((pod.get("status") or {}).get("phase", "Pending")),
+                _shown_phase(pod),
                 _claim_progress(rack, pod, prepared),
                 uid in verified,
                 seen_channels.get(uid, ()) if prepared else (),

@@ -40,7 +40,8 @@ from cdctl.sim.controllers.podgc import PodGarbageCollector
 from cdctl.sim.controllers.tainteviction import TaintEvictionController
 from cdctl.sim.node import fakeimex, fakeimexmem
 from cdctl.sim.node.fakedriver import DriverFiles, write_driver_files
-from cdctl.sim.node.kubelet import NodeRouter, SimKubelet
+from cdctl.sim.node.kubelet import SimKubelet
+from cdctl.sim.node.noderouter import NodeRouter
 from cdctl.sim.node.runtime import ImmediateRuntime, PodRuntime
 from cdctl.sim.node.topology import Topology, build_topology
 

@@ -402,7 +402,7 @@ class Rack:
             self.store.get(pods, namespace, name) if self.store.exists_name(pods, namespace, name) else None
         )
         if existing is not None and (new_pod or existing["metadata"].get("deletionTimestamp")):
-            self.store.delete(pods, namespace, name)
+            self.store.delete(pods, namespace, name, grace_period_s=0)  # force-deleted
             existing = None
         if existing is not None and name in self.pods.local_ports:
             return existing, self.pods.local_ports[name][1]

@@ -183,6 +183,10 @@ class Timeline(CommitListener):
         if event.type == "DELETED":
             self._add(node, f"{kind} gone")
             return
+        if obj["metadata"].get("deletionTimestamp") and not (before or {}).get("metadata", {}).get(
+            "deletionTimestamp"
+        ):
+            self._add(node, f"{kind} terminating")  # deleted: its kubelet ends it, then removes it
         if node and node != was_node:
             self._add(node, f"{kind} bound")
         if kind == "worker":

@@ -6,6 +6,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
+from cdctl.sim.apiserver.errors import BadRequest
+from cdctl.sim.apiserver.handlers import grace_period_option
 from cdctl.sim.apiserver.store import ObjectStore
 from tests.sim.fixtures import pod
 
@@ -148,3 +150,25 @@ def test_the_last_finalizers_removal_is_the_deletion_one_revision_one_event() ->
     assert event.obj["metadata"]["resourceVersion"] == str(before + 1)
     assert answer["metadata"]["deletionTimestamp"] and not answer["metadata"].get("finalizers")
     assert answer["metadata"]["resourceVersion"] == marked["metadata"]["resourceVersion"]
+
+
+async def test_a_pod_on_a_node_is_deleted_gracefully_with_the_grace_period_the_client_gives(
+    api: client.ApiClient,
+) -> None:
+    """As a real server: a pod on a node is marked (kubectl shows it Terminating) for the DeleteOptions'
+    gracePeriodSeconds, and removed only by a delete with a grace period of 0 (its kubelet's last step)."""
+    core = client.CoreV1Api(api)
+    body = pod("p1")
+    body["spec"]["nodeName"] = "n1"
+    await core.create_namespaced_pod("default", body)
+    answered = await core.delete_namespaced_pod("p1", "default", grace_period_seconds=7)
+    assert answered.metadata.deletion_grace_period_seconds == 7
+    assert (await core.read_namespaced_pod("p1", "default")).metadata.deletion_timestamp is not None
+    await core.delete_namespaced_pod("p1", "default", body=client.V1DeleteOptions(grace_period_seconds=0))
+    assert not await _exists(core, "p1")
+
+
+def test_a_grace_period_that_is_not_a_number_is_a_bad_request() -> None:
+    with pytest.raises(BadRequest, match="gracePeriodSeconds: 'soon': must be an integer"):
+        grace_period_option("soon")
+    assert (grace_period_option(None), grace_period_option("5"), grace_period_option(0)) == (None, 5, 0)

@@ -162,7 +162,11 @@ def test_released_device_is_allocated_again() -> None:
     add_pod(store, "second", "tmpl")
     _run(store)
     assert not get(store, "", "pods", "second")["spec"].get("nodeName")
-    store.delete(store.type_of("", "pods"), "default", "first")
+    pods = store.type_of("", "pods")
+    store.delete(pods, "default", "first")
+    _run(store)
+    assert not get(store, "", "pods", "second")["spec"].get("nodeName"), "a terminating pod keeps its claim"
+    store.delete(pods, "default", "first", grace_period_s=0)  # its kubelet's last step: the pod is gone
     _run(store)
     _run(store)
     assert get(store, "", "pods", "second")["spec"]["nodeName"] == "n0"

@@ -70,7 +70,8 @@ def test_pods_are_owned_and_collected_with_the_daemonset() -> None:
     assert owner["uid"] == daemonset["metadata"]["uid"] and owner["controller"] is True
     assert pods[0]["metadata"]["name"].startswith("ds-")
     store.delete(store.type_of("apps", "daemonsets"), "default", "ds")
-    assert store.list_objects(store.type_of("", "pods"), "default")[0] == []
+    (collected,), _ = store.list_objects(store.type_of("", "pods"), "default")
+    assert collected["metadata"]["deletionGracePeriodSeconds"] == 30, "its kubelet ends it, then removes it"
 
 
 def test_taints_need_tolerations() -> None:

@@ -22,8 +22,18 @@ def _job(store: ObjectStore, completions: int, parallelism: int) -> dict[str, An
 
 
 def _indices(store: ObjectStore) -> list[int]:
+    """The completion indices of the pods not being deleted."""
     pods, _ = store.list_objects(store.type_of("", "pods"), "default")
-    return sorted(int(p["metadata"]["labels"][COMPLETION_INDEX_LABEL]) for p in pods)
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return sorted(int(p["metadata"]["labels"][COMPLETION_INDEX_LABEL]) for p in live)
+
+
+def _removed_by_their_kubelets(store: ObjectStore) -> None:
+    """What a kubelet does last for a pod being deleted: removes it (grace period 0)."""
+    pods = store.type_of("", "pods")
+    for pod in store.list_objects(pods, "default")[0]:
+        if pod["metadata"].get("deletionTimestamp"):
+            store.delete(pods, "default", pod["metadata"]["name"], grace_period_s=0)
 
 
 def _scale(store: ObjectStore, parallelism: int) -> None:
@@ -69,6 +79,9 @@ def test_lowering_parallelism_deletes_the_newest_running_pods_and_raising_it_ref
     status = store.get(store.type_of("batch", "jobs"), "default", "train")["status"]
     assert (status["active"], status["ready"]) == (2, 2)
     _scale(store, 4)
+    jobs.reconcile()
+    assert _indices(store) == [0, 1], "the pods of indices 2 and 3 are still terminating (fixed names here)"
+    _removed_by_their_kubelets(store)
     jobs.reconcile()
     assert _indices(store) == [0, 1, 2, 3]
 

@@ -67,11 +67,29 @@ def test_a_new_pod_tolerates_a_silent_node_for_300_seconds_unless_it_says_otherw
 
 
 def _exists(store: ObjectStore, name: str) -> bool:
+    """Not evicted: an evicted pod on a silent node stays, Terminating, until its kubelet is back."""
     try:
-        get(store, "", "pods", name)
+        pod = get(store, "", "pods", name)
     except NotFound:
         return False
-    return True
+    return not pod["metadata"].get("deletionTimestamp")
+
+
+def test_an_evicted_pod_is_marked_as_a_disruption_target_and_deleted_with_its_grace_period() -> None:
+    store, clock = ObjectStore(), Clock()
+    register(store, "n1", {}, "192.168.0.1")
+    add_pod(store, "p", node="n1")
+    node = get(store, "", "nodes", "n1", namespace="")
+    node["spec"] = {"taints": [UNREACHABLE]}
+    store.update(store.type_of("", "nodes"), "", "n1", node)
+    eviction = TaintEvictionController(store, clock=clock)
+    eviction.reconcile()
+    clock.now += 300
+    eviction.reconcile()
+    pod = get(store, "", "pods", "p")
+    assert pod["metadata"]["deletionGracePeriodSeconds"] == 30, "Terminating: its kubelet must end it"
+    (condition,) = [c for c in pod["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert (condition["status"], condition["reason"]) == ("True", "DeletionByTaintManager")
 
 
 def test_pods_leave_a_silent_node_after_their_toleration_daemon_pods_never() -> None:

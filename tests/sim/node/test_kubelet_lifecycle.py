@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.controllers.allocator import Allocator
 from cdctl.sim.controllers.claimtemplates import ClaimTemplateController
@@ -77,14 +79,20 @@ async def test_a_pod_marked_not_ready_by_someone_else_is_written_back_ready(sock
         assert _ready(store, "worker") == "True"
 
 
-async def test_claims_of_pods_deleted_while_the_node_was_down_wait_for_the_dra_reconcile(
-    socket_root: Path,
+@pytest.mark.parametrize("force", [True, False], ids=["force-deleted", "deleted"])
+async def test_a_pod_deleted_while_its_node_was_down_has_its_claims_unprepared_when_the_kubelet_can(
+    socket_root: Path, force: bool
 ) -> None:
+    """Force-deleted (grace period 0, as an operator removes a pod stuck on a down node), the pod is gone at
+    once and the kubelet, back up, never sees it: only its DRA reconcile unprepares the claims it kept in its
+    checkpoint. Deleted gracefully, the pod stays Terminating on the dead node (nothing removes it) until the
+    kubelet is back, which then unprepares its claims and removes it."""
     store = claim_cluster()
     kubelet = SimKubelet(store, NODE, socket_root / "registry", dra_reconcile_s=3600)
     kubelet.register_node()
     add_slice(store, NODE)
     add_pod(store, "worker", "tmpl")
+    pods = store.type_of("", "pods")
     async with serve_plugin(
         socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]
     ) as log:
@@ -98,14 +106,19 @@ async def test_claims_of_pods_deleted_while_the_node_was_down_wait_for_the_dra_r
         assert kubelet.running == {} and kubelet.claim_refs, (
             "its DRA checkpoint outlives the node's containers"
         )
-        store.delete(store.type_of("", "pods"), "default", "worker")
+        store.delete(pods, "default", "worker", grace_period_s=0 if force else None)
+        assert store.exists_name(pods, "default", "worker") is not force
         await kubelet.power_on()
         await kubelet.stop()  # drive it by hand from here
         await kubelet.sync()
-        assert log.unprepared == [], "the kubelet never saw that pod: only the DRA reconcile unprepares it"
-        await kubelet.reconcile_dra()
+        if force:
+            assert log.unprepared == [], (
+                "the kubelet never saw that pod: only the DRA reconcile unprepares it"
+            )
+            await kubelet.reconcile_dra()
         assert log.unprepared == [("v1", claim)]
         assert kubelet.claim_refs == {}
+        assert not store.exists_name(pods, "default", "worker")
 
 
 async def test_a_re_prepare_that_waits_after_a_restart_does_not_hold_back_other_pods(

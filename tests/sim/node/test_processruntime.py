@@ -93,6 +93,22 @@ def _allocate_worker_claim(store: ObjectStore, cdi_dir: Path, env: list[str]) ->
     _write_spec(cdi_dir, "claim", {f"{claim_uid}-channel-0": env}, [])
 
 
+def node_with_a_process_runtime(socket_root: Path) -> tuple[ObjectStore, ProcessRuntime, SimKubelet, Path]:
+    """A store with the DRA classes and the template `tmpl`, and a registered node whose kubelet runs every
+    pod as a process; the node's CDI directory."""
+    store = ObjectStore()
+    add_classes(store)
+    add_template(store, "tmpl")
+    cdi_dir = socket_root / "cdi"
+    runtime = ProcessRuntime(
+        selects=lambda pod: True, cdi_dirs=lambda node: [cdi_dir], log_dir=socket_root / "logs"
+    )
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", runtime=runtime)
+    kubelet.register_node()
+    add_slice(store, NODE)
+    return store, runtime, kubelet, cdi_dir
+
+
 def _ready(store: ObjectStore) -> str:
     conditions = get(store, "", "pods", "worker")["status"].get("conditions") or []
     return {c["type"]: c["status"] for c in conditions}.get("Ready", "")
@@ -324,16 +340,7 @@ async def test_an_ended_pod_is_reported_as_a_kubelet_reports_it_and_its_claim_un
 ) -> None:
     """restartPolicy Never, exit 3: phase Failed, the container terminated with exit code 3 and reason Error,
     Ready False (PodCompleted), and the claim unprepared, as the kubelet does for a terminated pod."""
-    store = ObjectStore()
-    add_classes(store)
-    add_template(store, "tmpl")
-    cdi_dir = socket_root / "cdi"
-    runtime = ProcessRuntime(
-        selects=lambda pod: True, cdi_dirs=lambda node: [cdi_dir], log_dir=socket_root / "logs"
-    )
-    kubelet = SimKubelet(store, NODE, socket_root / "registry", runtime=runtime)
-    kubelet.register_node()
-    add_slice(store, NODE)
+    store, runtime, kubelet, cdi_dir = node_with_a_process_runtime(socket_root)
     spec = {
         "restartPolicy": "Never",
         "securityContext": {"runAsUser": 0},

@@ -114,10 +114,15 @@ async def test_daemonset_pods_get_devices_prepared_and_run(cluster: SimCluster, 
         await _wait_for(unprepared, "the daemon claim to be unprepared")
         assert plugin_log.unprepared[0][1] == plugin_log.prepared[0][1]
 
-        async def claims_gone() -> bool:
-            return not (await resource.list_namespaced_resource_claim(NAMESPACE)).items
+        async def one_claim_left() -> bool:
+            return len((await resource.list_namespaced_resource_claim(NAMESPACE)).items) == 1
 
-        await _wait_for(claims_gone, "the generated claims to be collected")
+        await _wait_for(one_claim_left, "the claim of the pod that ran to be collected")
+        # The other node's pod stays Terminating, as a real kubelet leaves it: its DRA manager must call
+        # NodeUnprepareResources on the claim's driver, which is not registered there.
+        stuck = (await core.read_namespaced_pod(by_node[nodes[1]].metadata.name, NAMESPACE)).metadata
+        assert stuck.deletion_timestamp is not None
+        assert "not registered" in cluster.kubelets[nodes[1]].last_errors[stuck.uid]
 
 
 async def test_fake_imex_commands_are_on_the_cluster_path(cluster: SimCluster) -> None:
