@@ -67,6 +67,7 @@ class RealSettings:
     host_managed: bool = False
     isolation: str = "domain"  # or "channel"
     values: dict[str, Any] = field(default_factory=dict)  # more chart values
+    late_plugins: int = 0  # the last N nodes' plugins are left to the test (`start_plugin`): nodes that join
 
     def chart_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {"featureGates": {"HostManagedIMEX": self.host_managed}}
@@ -129,6 +130,11 @@ class RealRack:
         fake = self.topology.node(name)
         return {GPU_PRESENT_LABEL: "true", CLIQUE_LABEL: fake.clique_id, "nvidia.com/gpu.product": "GB200"}
 
+    @property
+    def early_nodes(self) -> list[str]:
+        """The nodes whose plugins start with the rack (all but `late_plugins`)."""
+        return list(self.nodes)[: len(self.nodes) - self.settings.late_plugins]
+
     def plugin_dir(self, node: str) -> Path:
         return self.work_dir / node / "plugins" / DRIVER_NAME
 
@@ -151,10 +157,10 @@ class RealRack:
         if self.settings.host_managed:
             await self._start_host_imex()
         await self.start_controller()
-        for node in self.nodes:
-            await self.start_plugin(node)
-        for node in self.nodes:
-            await self.wait_published(node)
+        for name in self.early_nodes:
+            await self.start_plugin(name)
+        for name in self.early_nodes:
+            await self.wait_published(name)
         self._bridge = asyncio.create_task(self._run_daemon_pods(), name="daemon-bridge")
 
     async def wait_nodes_ready(self, nodes: list[str]) -> None:
