@@ -8,32 +8,40 @@ pod's claims; every claim UID must come back without error; failed calls are ret
 the CDI device IDs, hands the pod to a `PodRuntime` and marks it Running (Ready as the runtime says), or
 Succeeded or Failed once its container exited for good (cdctl.sim.node.runtime's restart rules). When the pod
 goes away, or ends, it stops it and calls NodeUnprepareResources for the claims it tried to prepare that no
-other pod on the node still uses. A driver without a registered plugin for `slice_wipe_delay_s` loses its
-slices on the node. As a 1.36 kubelet, the running kubelet follows each registered plugin's resource-health
-stream (cdctl.sim.node.healthwatch: re-opened every 5 s, every error kept in `health.errors`) and writes
-each running pod's `allocatedResourcesStatus` from it. Like the kubelet's pod workers, the running kubelet
-starts each pod in its own task, so a prepare call that waits (a channel claim waiting for its node's IMEX
-daemon, up to the 45 s budget) does not hold back other pods on the node (that daemon's own pod) nor their
-readiness; so does each running pod prepared again after a restart (one waiting call holds back no other pod,
-and a pod that goes away has its call cancelled, as the pod worker's context is); a pod that goes away is
-torn down in its own task too (its containers stopped, as long as their grace period takes, then its claims
-unprepared), so other pods of the node start meanwhile, as on a real node. Run by the rack; tests drive
-`sync()`, which starts pods one after another and returns when they are done.
+other pod on the node still uses; a pod the API server marked for deletion is then given its final phase and
+removed (cdctl.sim.node.termination: SIGTERM, SIGKILL after the deletion's grace period). A driver without a
+registered plugin for `slice_wipe_delay_s` loses its slices on the node.
+
+As a 1.36 kubelet, the running kubelet follows each registered plugin's resource-health stream
+(cdctl.sim.node.healthwatch: re-opened every 5 s, every error kept in `health.errors`) and writes each running
+pod's `allocatedResourcesStatus` from it. Like the kubelet's pod workers, the running kubelet starts each pod
+in its own task, so a prepare call that waits (a channel claim waiting for its node's IMEX daemon, up to the
+45 s budget) does not hold back other pods on the node (that daemon's own pod) nor their readiness; so does
+each running pod prepared again after a restart (one waiting call holds back no other pod, and a pod that goes
+away has its call cancelled, as the pod worker's context is); a pod that goes away is torn down in its own
+task too (its containers stopped, as long as their grace period takes, then its claims unprepared), so other
+pods of the node start meanwhile, as on a real node. Run by the rack; tests drive `sync()`, which starts pods
+one after another and returns when they are done.
+
 `restart(while_down)` stops the kubelet, runs `while_down` (a test deletes a CDI spec there) and starts it
 again, keeping what the real kubelet keeps in its checkpoint (the pods it runs and their claims; their
 containers run on): as the real kubelet does on start, it calls NodePrepareResources again for the claims of
 pods still running, and resolves the CDI devices the plugin answers against the node's spec files (`cdi_dirs`)
-as the runtime does when it creates a container. Devices that do not resolve leave the pod not Ready, with
-the runtime's `unresolvable CDI devices` error, and are tried again each pass.
+as the runtime does when it creates a container. Devices that do not resolve leave the pod not Ready, with the
+runtime's `unresolvable CDI devices` error, and are tried again each pass.
+
 Node lifecycle: the running kubelet renews its Lease `kube-node-lease/<node>` (owned by the Node) every
 `lease_renew_s` (10 s on a real node), which the node lifecycle controller
 (cdctl.sim.controllers.nodelifecycle) watches; registration keeps what others wrote in the Node's status
 (allocatable, say) and posts Ready. As the status manager does, a running pod whose Ready condition someone
 else changed (the node lifecycle controller marks pods of a silent node not ready) is written back as the
-kubelet sees it. `power_off()` is the node going down: the kubelet stops and the node's containers are gone,
-while what the kubelet keeps on disk stays (its DRA manager's checkpoint: which claims it prepared for which
-pods); `power_on()` starts it again, registering the Node anew if it was deleted meanwhile. Claims of pods the
-kubelet knew only from that checkpoint (pods deleted while it was down) are unprepared by the DRA manager's
+kubelet sees it.
+
+`power_off()` is the node going down: the kubelet stops and the node's containers are gone, while what the
+kubelet keeps on disk stays (its DRA manager's checkpoint: which claims it prepared for which pods);
+`power_on()` starts it again, registering the Node anew if it was deleted meanwhile. Claims of pods the
+kubelet knew only from that checkpoint (pods force-deleted while it was down; one deleted gracefully stays
+Terminating until the kubelet, back, ends it) are unprepared by the DRA manager's
 reconcile, every `dra_reconcile_s` (60 s on a real node) or when a test calls `reconcile_dra()`; claims of
 pods it saw go away while running are unprepared at once, as before.
 """
