@@ -32,7 +32,9 @@ MAX_NODES = max(NODES, NODES_PER_RACK)  # the controller's --max-nodes-per-imex-
 # A deleted pod is Terminating until its kubelet has stopped it and unprepared its claims: the worker's
 # unprepare removes the node's label, the daemon leaves the clique on SIGTERM, then each pod goes.
 SHRINK_ORDER = ["worker terminating", "label removed", "daemon terminating", "index gone", "status unlisted"]
-GONE_AFTER = {"worker gone": "label removed", "daemon gone": "index gone"}
+# The worker's pod goes after its unprepare removed the label; the daemon's pod and its clique entry go in
+# either order (the daemon leaves on SIGTERM, the controller drops what a gone daemon left).
+GONE_AFTER = {"worker gone": "label removed", "daemon gone": "daemon terminating"}
 GROW_ORDER = ["worker bound", "label added", "daemon bound", "daemon Ready", "status Ready"]
 
 
