@@ -30,6 +30,9 @@ class DaemonGate:
         self.keeper = GateKeeper(directory)
         self.generation = 0
         self.changed = asyncio.Event()  # set at every start and exit of IMEX (the monitor's wake-up)
+        # From a drain until IMEX next starts, exits or reloads: a READY answered by the IMEX about to be
+        # stopped or reloaded must not open the gate again (holds written then would go unwaited).
+        self.blocked = False
 
     def close(self) -> None:
         """Closed at start (a gate a killed predecessor left behind) and when IMEX stops answering READY."""
@@ -37,18 +40,21 @@ class DaemonGate:
 
     def imex_changed(self) -> None:
         self.generation += 1
+        self.blocked = False
         self.keeper.close()
         self.changed.set()
 
     def ready(self, generation: int) -> bool:
         """IMEX answered READY in `generation`: open the gate if no IMEX started or exited since; whether
         it is open now."""
-        if generation == self.generation:
+        if generation == self.generation and not self.blocked:
             self.keeper.open()
         return self.keeper.is_open
 
     async def drain(self, reason: str) -> None:
-        """Close the gate and wait out the holds written before."""
+        """Close the gate, keep it closed until IMEX changes (`imex_changed`), and wait out the holds written
+        before."""
+        self.blocked = True
         self.keeper.close()
         started = time.monotonic()
         pending = await asyncio.to_thread(live_holds, self.directory)

@@ -108,6 +108,9 @@ class ImexSupervisor:
     def reload(self) -> bool:
         """SIGUSR1: re-read the node list and re-resolve names. False when no child runs to receive it.
 
+        With a gate, the signal waits until the holds written before it are drained, and the gate stays
+        closed until IMEX answers READY after it: IMEX is not ready until the new peers are connected.
+
         A child that has not yet set up its SIGUSR1 handling would be killed by the signal: delivery waits
         until /proc shows the signal caught or blocked, or the child has run for `signal_grace_s` (a child
         waiting in sigwait shows neither). One delivery is pending at a time, to the child running then.
@@ -127,9 +130,15 @@ class ImexSupervisor:
             if settled or handles_signal(process.pid, signal.SIGUSR1):
                 break
             await asyncio.sleep(SIGNAL_POLL_S)
+        if self.gate is not None:  # IMEX is not ready again until the new peers are: hand nothing out
+            await self.gate.drain("peers changed (DNS names)")
+        if process.returncode is not None:
+            return
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGUSR1)
             log.info("sent SIGUSR1 to IMEX", pid=process.pid)
+        if self.gate is not None:
+            self.gate.imex_changed()
 
     async def stop(self, reason: str = "daemon stopping") -> None:
         async with self._lock:

@@ -130,3 +130,20 @@ async def test_a_crash_closes_the_gate_before_anyone_can_be_handed_the_dead_imex
     assert daemon.pid not in (None, crashed)
     assert plugin.hold(daemon.imexd, "claim-1") is None
     assert await workload_finds_imex(daemon.imexd) == "READY"
+
+
+async def test_a_ready_answer_during_a_drain_does_not_open_the_gate_again(tmp_path: Path) -> None:
+    """The IMEX about to be stopped or reloaded still answers READY while the daemon waits out the holds:
+    that answer must not open the gate, or a claim handed a channel then would go unwaited."""
+    gate = DaemonGate(tmp_path)
+    assert gate.ready(gate.generation) and gate_state(tmp_path) is None
+    GateFiles().hold(tmp_path, "claim-before")
+    draining = asyncio.create_task(gate.drain("peers changed (DNS names)"))
+    await asyncio.sleep(0.05)
+    assert not gate.ready(gate.generation), "a READY during the drain leaves the gate closed"
+    assert gate_state(tmp_path) is not None
+    GateFiles().release(tmp_path, "claim-before")
+    await asyncio.wait_for(draining, 5)
+    assert not gate.ready(gate.generation), "still closed until IMEX has changed"
+    gate.imex_changed()  # reloaded (or restarted): READY from now on opens it
+    assert gate.ready(gate.generation) and gate_state(tmp_path) is None
