@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from cdctl.sim.apiserver.errors import ApiError
 from cdctl.sim.apiserver.objectmeta import now_rfc3339
@@ -21,6 +22,14 @@ from cdctl.sim.apiserver.store import ObjectStore
 NODES = ("", "nodes")
 PODS = ("", "pods")
 DISRUPTION_TARGET = "DisruptionTarget"
+
+
+def with_disruption_target(status: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
+    """The pod status with its DisruptionTarget condition set: what a controller about to delete it writes."""
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != DISRUPTION_TARGET]
+    condition = {"type": DISRUPTION_TARGET, "status": "True", "reason": reason, "message": message}
+    conditions.append({**condition, "lastTransitionTime": now_rfc3339()})
+    return {**status, "conditions": conditions}
 
 
 class PodGarbageCollector:
@@ -56,17 +65,9 @@ class PodGarbageCollector:
             pod = self.store.get(pods, namespace, name)
             status = dict(pod.get("status") or {})
             if status.get("phase") not in ("Succeeded", "Failed"):
-                conditions = [c for c in status.get("conditions") or [] if c.get("type") != DISRUPTION_TARGET]
-                conditions.append(
-                    {
-                        "type": DISRUPTION_TARGET,
-                        "status": "True",
-                        "reason": "DeletionByPodGC",
-                        "message": f"PodGC: node {node} no longer exists",
-                        "lastTransitionTime": now_rfc3339(),
-                    }
-                )
-                failed = {**status, "phase": "Failed", "conditions": conditions}
+                why = f"PodGC: node {node} no longer exists"
+                marked = with_disruption_target(status, "DeletionByPodGC", why)
+                failed = {**marked, "phase": "Failed"}
                 pod = self.store.update(
                     pods, namespace, name, {**pod, "status": failed}, subresource="status"
                 )

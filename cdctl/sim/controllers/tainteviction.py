@@ -23,11 +23,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cdctl.sim.apiserver.errors import ApiError
-from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.controllers.claimtemplates import pod_is_finished
 from cdctl.sim.controllers.nodematch import tolerates
-from cdctl.sim.controllers.podgc import DISRUPTION_TARGET
+from cdctl.sim.controllers.podgc import with_disruption_target
 
 log = logging.getLogger(__name__)
 NODES = ("", "nodes")
@@ -102,18 +101,8 @@ class TaintEvictionController:
     def _mark_disruption(self, pod: dict[str, Any]) -> None:
         pods = self.store.type_of(*PODS)
         latest = self.store.get(pods, pod["metadata"]["namespace"], pod["metadata"]["name"])
-        status = dict(latest.get("status") or {})
-        conditions = [c for c in status.get("conditions") or [] if c.get("type") != DISRUPTION_TARGET]
-        conditions.append(
-            {
-                "type": DISRUPTION_TARGET,
-                "status": "True",
-                "reason": "DeletionByTaintManager",
-                "message": "Taint manager: deleting due to NoExecute taint",
-                "lastTransitionTime": now_rfc3339(),
-            }
-        )
-        status["conditions"] = conditions
+        why = "Taint manager: deleting due to NoExecute taint"
+        status = with_disruption_target(dict(latest.get("status") or {}), "DeletionByTaintManager", why)
         meta = latest["metadata"]
         self.store.update(
             pods, meta["namespace"], meta["name"], {**latest, "status": status}, subresource="status"
