@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdctl.asynctasks import wait_at_most
 from cdctl.controller.channelview import ChannelBook, ChannelProjection
 from cdctl.controller.observations import domain_uid_of, kept_form, to_event
 from cdctl.controller.view import OBSERVATIONS, DomainProjection, DomainView
@@ -235,7 +236,7 @@ class Journal:
             if quiet_for >= HISTORY_QUIET_S:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._history_due.wait(), HISTORY_QUIET_S - quiet_for)
+                await wait_at_most(self._history_due.wait(), HISTORY_QUIET_S - quiet_for)
 
     async def _write_observations(self) -> None:
         while True:

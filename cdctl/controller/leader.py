@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from cdctl.asynctasks import wait_at_most
 from cdctl.controller.settings import LeaderElectionSettings
 from cdctl.domain.errors import InvalidInput
 from cdctl.domain.leadership import (
@@ -251,7 +252,7 @@ class LeaderElector:
             await asyncio.sleep(self.settings.retry_period_s)
             left = self.settings.renew_deadline_s - (self._clock() - last_renewal)
             try:
-                renewed = await asyncio.wait_for(self.try_acquire_or_renew(), timeout=max(left, 0.001))
+                renewed = await wait_at_most(self.try_acquire_or_renew(), max(left, 0.001))
             except TimeoutError:
                 renewed = False
             if renewed:

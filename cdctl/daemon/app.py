@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 
 import structlog
 
-from cdctl.asynctasks import run_until_first_ends
+from cdctl.asynctasks import run_until_first_ends, wait_at_most
 from cdctl.daemon.check import CheckSettings, shared_clique
 from cdctl.daemon.files import write_config, write_node_list
 from cdctl.daemon.gate import DaemonGate
@@ -65,7 +65,7 @@ async def _wait_for_clique(s: DaemonSettings, stop: asyncio.Event) -> DaemonSett
             log.info("waiting for the kubelet plugin to write this node's clique ID", dir=str(s.imexd_dir))
             logged = True
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), CLIQUE_FILE_POLL_S)
+            await wait_at_most(stop.wait(), CLIQUE_FILE_POLL_S)
     return None
 
 
@@ -82,7 +82,7 @@ async def _label_pod(api: KubeApi, s: DaemonSettings, stop: asyncio.Event) -> bo
                 raise PermanentError(f"cannot label pod {s.pod_namespace}/{s.pod_name}: {exc}") from exc
             log.warning("labelling the pod failed; retrying", error=str(exc), retry_in_s=delay)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), delay)
+            await wait_at_most(stop.wait(), delay)
         delay = min(delay * 2, LABEL_RETRY_MAX_S)
     return False
 

@@ -19,6 +19,7 @@ import time
 
 import structlog
 
+from cdctl.asynctasks import wait_at_most
 from cdctl.daemon.check import CheckSettings, NotReady, check_async
 from cdctl.daemon.gate import DaemonGate
 from cdctl.daemon.journal import Journal
@@ -88,5 +89,5 @@ class ReadinessMonitor:
             # Woken early when IMEX starts or exits: its readiness is what a waiting claim needs next.
             while (left := deadline - time.monotonic()) > 0 and self.gate.generation == seen:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.gate.changed.wait(), left)
+                    await wait_at_most(self.gate.changed.wait(), left)
                 self.gate.changed.clear()

@@ -8,13 +8,13 @@ event carrying a 410 Expired Status is sent when it is older than the window. `t
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from cdctl.asynctasks import wait_at_most
 from cdctl.sim.apiserver.conversion import convert
 from cdctl.sim.apiserver.errors import BadRequest, Gone
 from cdctl.sim.apiserver.queryparams import is_true, non_negative_int
@@ -116,7 +116,7 @@ async def _pump(
             return
         interval = settings.bookmark_interval_s if bookmarks else settings.disconnect_check_s
         try:
-            event = await asyncio.wait_for(watcher.next(), timeout=min(remaining, interval))
+            event = await wait_at_most(watcher.next(), min(remaining, interval))
         except TimeoutError:
             if _client_gone(request):
                 return

@@ -33,6 +33,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from cdctl.asynctasks import wait_at_most
 from cdctl.sim.node.proctree import kill_tree
 from cdctl.sim.node.runas import RunAs, UserSwitchError
 
@@ -143,7 +144,7 @@ class ForkServer:
         if self.process.stdin is not None:
             self.process.stdin.close()
         try:
-            await asyncio.wait_for(self.process.wait(), timeout=10)
+            await wait_at_most(self.process.wait(), 10)
         except TimeoutError:
             self.process.kill()
             await self.process.wait()

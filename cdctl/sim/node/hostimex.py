@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdctl.asynctasks import wait_at_most
 from cdctl.sim.node import fakeimex
 from cdctl.sim.node.proctree import kill_tree
 
@@ -75,7 +76,7 @@ class HostImex:
             with contextlib.suppress(ProcessLookupError):
                 process.terminate()
             try:
-                await asyncio.wait_for(process.wait(), STOP_GRACE_S)
+                await wait_at_most(process.wait(), STOP_GRACE_S)
             except TimeoutError:
                 kill_tree(process.pid)
         await process.wait()

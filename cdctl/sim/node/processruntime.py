@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdctl.asynctasks import wait_at_most
 from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.selectors import field_value
 from cdctl.sim.node.cdiresolver import resolve
@@ -249,7 +250,7 @@ class ProcessRuntime:
             **self._as_user(running.user),
         )
         try:
-            output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
+            output, _ = await wait_at_most(process.communicate(), timeout_s)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
@@ -446,7 +447,7 @@ class ProcessRuntime:
             running.process.send_signal(signal.SIGTERM)
         grace = stop_grace_s(pod)
         try:
-            await asyncio.wait_for(running.process.wait(), timeout=STOP_GRACE_S if grace is None else grace)
+            await wait_at_most(running.process.wait(), STOP_GRACE_S if grace is None else grace)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 running.process.kill()

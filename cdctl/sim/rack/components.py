@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdctl.asynctasks import wait_at_most
 from cdctl.sim.node.forkserver import ForkedProcess, ForkServer
 from cdctl.sim.node.proctree import kill_tree
 from cdctl.sim.node.topology import NODES_PER_RACK, Topology
@@ -106,7 +107,7 @@ async def terminate(process: asyncio.subprocess.Process | ForkedProcess, grace_s
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), timeout=grace_s)
+            await wait_at_most(process.wait(), grace_s)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()

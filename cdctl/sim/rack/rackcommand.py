@@ -26,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 
 from cdctl.api.isolation import ImexIsolation
+from cdctl.asynctasks import wait_at_most
 from cdctl.domain.racks import rack_domain_name
 from cdctl.invocation import cdctl_command
 from cdctl.sim.node.topology import GPUS_PER_NODE, build_topology
@@ -79,7 +80,7 @@ def holding(console: Console, plans: list[DomainPlan], hold_s: float) -> Callabl
         loop.add_signal_handler(signal.SIGINT, interrupted.set)
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(interrupted.wait(), hold_s)
+                await wait_at_most(interrupted.wait(), hold_s)
         finally:
             loop.remove_signal_handler(signal.SIGINT)
         console.print("hold over: tearing the rack down", markup=False, highlight=False)
