@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "cdctl"
 async def _renew_forever(results: asyncio.Queue[asyncio.Future[int]], rounds: list[int]) -> None:
     """A loop like the leader's: each round waits (bounded) for one piece of work, then starts over."""
     while True:
-        work = await results.get()
+        work = await wait_at_most(results.get(), 10)
         rounds.append(await wait_at_most(work, 10))
 
 

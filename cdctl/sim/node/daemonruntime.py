@@ -104,7 +104,7 @@ class DaemonPodRuntime(ProcessRuntime):
         if self.fork_server is None or not self._forkable(command):
             return await super()._spawn(pod, env)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}.log"
+        log_path = self.log_path(pod["metadata"]["namespace"], pod["metadata"]["name"])
         forked = await self.fork_server.spawn(command[1:], env, log_path, user=self.user_of(pod))
         # The runtime uses pid, returncode, wait, send_signal and kill: a ForkedProcess has them all.
         return cast(asyncio.subprocess.Process, forked)

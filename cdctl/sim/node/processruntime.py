@@ -165,6 +165,10 @@ class ProcessRuntime:
             raise ValueError(f"pod {pod['metadata']['name']} has no container")
         return dict(containers[0])
 
+    def log_path(self, namespace: str, name: str) -> Path:
+        """Where the container of pod `namespace`/`name` writes its output (`kubectl logs`)."""
+        return self.log_dir / f"{namespace}_{name}.log"
+
     def user_of(self, pod: dict[str, Any]) -> RunAs | None:
         """The user the pod's container runs as; None when this process cannot switch users."""
         return container_user(pod, self._container(pod)) if enforced() else None
@@ -180,7 +184,7 @@ class ProcessRuntime:
         if not argv:
             raise ValueError(f"pod {pod['metadata']['name']}: the container has no command to run")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{pod['metadata']['namespace']}_{pod['metadata']['name']}.log"
+        log_path = self.log_path(pod["metadata"]["namespace"], pod["metadata"]["name"])
         with log_path.open("ab") as output:
             return await asyncio.create_subprocess_exec(
                 *argv, env=env, stdout=output, stderr=output, **self._as_user(self.user_of(pod))

@@ -70,6 +70,18 @@ def held_channels(rack: Rack, pod_uid: str) -> list[int]:
     return container_channels(running.env[DEV_ROOT_ENV], running.env.get(PROC_DEVICES_ENV, ""))
 
 
+def container_story(rack: Rack, namespace: str, worker: WorkerState) -> str:
+    """Why a worker holds no channel, as `kubectl describe` and `kubectl logs` would tell it."""
+    running = rack.runtime.running.get(worker.uid)
+    if running is None:
+        return "its container was never started"
+    view = running.view()
+    state = "running" if view.running else f"exited with {view.exit_code} ({view.exit_reason})"
+    log_path = rack.runtime.log_path(namespace, worker.name)
+    lines = log_path.read_text(errors="replace").splitlines()[-3:] if log_path.exists() else []
+    return f"its container {state}, {view.restarts} restarts; its log ends: {' | '.join(lines) or '(empty)'}"
+
+
 def published_channels(rack: Rack, domain_uid: str) -> dict[str, int]:
     cliques, _ = rack.store.list_objects(rack.store.type_of(CD_GROUP, "computedomaincliques"), copies=False)
     found: dict[str, int] = {}
@@ -97,7 +109,8 @@ async def prove_isolation(rack: Rack, domains: list[DomainWorkers]) -> Isolation
             own = held_channels(rack, worker.uid)
             held.setdefault(clique_of.get(worker.node, ""), set()).update(own)
             if len(own) != 1:
-                report.problems.append(f"worker {worker.name} of {domain.name} holds channels {own}")
+                story = container_story(rack, domain.namespace, worker)
+                report.problems.append(f"worker {worker.name} of {domain.name} holds channels {own}: {story}")
         report.published[domain.name] = published_channels(rack, domain.uid)
         for clique, channels in held.items():
             if len(channels) > 1:
