@@ -59,9 +59,9 @@ async def test_one_domain_forms_on_the_rack_and_leaves_nothing_behind(work_dir: 
         assert report.ok and report.formation_s is not None and report.teardown_s is not None
         # Formation ends at the last worker's Running write, which the poll of the step saw at or after it.
         until_formed = [seconds for _, seconds in report.steps[:3]]
-        assert [name for name, _ in report.steps][2] == "workers Running with channel0"
+        assert [name for name, _ in report.steps][2] == "workers Running and Ready with channel0"
         assert until_formed[1] < report.formation_s <= sum(until_formed) + 0.01
-        formed = [p for p in seen if p.phase == "workers Running with channel0"][-1]
+        formed = [p for p in seen if p.phase == "workers Running and Ready with channel0"][-1]
         workers = formed.workers["nvl-job"]
         assert sorted(w.node for w in workers) == sorted(rack.topology.nodes), "one worker per node"
         assert all(w.channel0 for w in workers)
@@ -101,7 +101,7 @@ async def test_two_domains_on_disjoint_halves_of_a_rack(work_dir: Path) -> None:
         assert report.problems == []
         assert report.ok
         assert set(report.formation_by_domain) == {"left", "right"}
-        formed = [p for p in seen if p.phase == "workers Running with channel0"][-1]
+        formed = [p for p in seen if p.phase == "workers Running and Ready with channel0"][-1]
         left = {w.node for w in formed.workers["left-job"]}
         right = {w.node for w in formed.workers["right-job"]}
         assert len(left) == len(right) == half and not left & right

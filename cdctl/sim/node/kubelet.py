@@ -78,7 +78,7 @@ from cdctl.sim.node.noderegistration import register, renew_lease
 from cdctl.sim.node.noderouter import NodeRouter, concerned_nodes
 from cdctl.sim.node.pluginwatcher import PluginWatcher
 from cdctl.sim.node.podstatus import pod_status, with_addresses
-from cdctl.sim.node.runtime import ContainerView, ImmediateRuntime, PodRuntime
+from cdctl.sim.node.runtime import ContainerView, ImmediateRuntime, PodRuntime, not_created
 from cdctl.sim.node.termination import finish_deletion, is_terminating, with_deletion_grace
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class RunningPod:
     ready: bool = False
     devices_error: str = ""  # after a restart: why its CDI devices do not resolve (the pod is not Ready)
     container: ContainerView | None = None  # what the runtime last said
+    create_error: str = ""  # why the runtime could not create its container (tried again after a back-off)
 
 
 @dataclass
@@ -355,6 +356,11 @@ class SimKubelet:
                         await self._prepare_again(uid, self.running[uid])
                     elif uid not in self._starting:
                         self._starting[uid] = asyncio.create_task(self._prepare_again_in_background(uid))
+                elif self.running[uid].create_error and time.monotonic() >= self._retry_at.get(uid, 0.0):
+                    if wait:
+                        await self._create_container(self.running[uid])
+                    elif uid not in self._starting:
+                        self._starting[uid] = asyncio.create_task(self._create_in_background(uid))
                 await self._refresh_readiness(self.running[uid], pod)
             elif wait:
                 await self._try_start(pod)
@@ -439,12 +445,35 @@ class SimKubelet:
         pod = self._assign_address(pod)
         running = RunningPod(pod, cdi_devices)
         self.running[uid] = running
+        await self._create_container(running, first=True)
+
+    async def _create_container(self, running: RunningPod, first: bool = False) -> None:
+        """Have the runtime create and start the pod's container. When it cannot (an unresolvable CDI device,
+        a missing command) the pod stays Pending with CreateContainerError, and the next pass after a back-off
+        tries again, as the kubelet's pod worker does."""
+        uid = running.pod["metadata"]["uid"]
         try:
-            await self.runtime.start(pod, cdi_devices)
+            await self.runtime.start(running.pod, running.cdi_devices)
         except (OSError, ValueError, UnresolvableDevice) as error:
-            # The container cannot start; the pod stays not Ready, as with a failing container.
-            self.last_errors[uid] = f"starting the pod: {error}"
-        await self._refresh_readiness(running, pod, first=True)
+            running.create_error = f"{type(error).__name__}: {error}"
+            self.last_errors[uid] = f"creating the container: {running.create_error}"
+            failures = self._failures.get(uid, 0) + 1
+            self._failures[uid] = failures
+            self._retry_at[uid] = time.monotonic() + min(
+                self.max_backoff_s, self.retry_backoff_s * 2 ** (failures - 1)
+            )
+        else:
+            running.create_error = ""
+            self._forget_failures(uid)
+        await self._refresh_readiness(running, running.pod, first=first)
+
+    async def _create_in_background(self, uid: str) -> None:
+        try:
+            running = self.running.get(uid)
+            if running is not None:
+                await self._create_container(running)
+        finally:
+            self._starting.pop(uid, None)
 
     async def _prepare_again(self, uid: str, running: RunningPod) -> None:
         """After a restart: NodePrepareResources again for a running pod's claims, then its CDI devices must
@@ -561,7 +590,9 @@ class SimKubelet:
 
     # ---- pod status ----------------------------------------------------------------------------------------
     async def _refresh_readiness(self, running: RunningPod, pod: dict[str, Any], first: bool = False) -> None:
-        container = await self.runtime.container(pod)
+        container = (
+            not_created(running.create_error) if running.create_error else await self.runtime.container(pod)
+        )
         if running.devices_error:
             container = dataclasses.replace(container, ready=False)
         ready = container.ready

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdctl.sim.node.runtime import ContainerView
+from cdctl.sim.node.runtime import CRASH_LOOP, ContainerView
 
 
 def with_addresses(status: dict[str, Any], pod_ip: str, host_ip: str, now: str) -> dict[str, Any]:
@@ -28,7 +28,9 @@ def _container_state(view: ContainerView, now: str) -> tuple[dict[str, Any], dic
         return {"terminated": terminated}, {}
     last = {"terminated": terminated} if view.exit_code is not None else {}
     if not view.running:
-        message = "back-off restarting failed container" if view.waiting_reason else ""
+        message = view.waiting_message or (
+            "back-off restarting failed container" if view.waiting_reason == CRASH_LOOP else ""
+        )
         waiting = {
             "reason": view.waiting_reason or "ContainerCreating",
             **({"message": message} if message else {}),

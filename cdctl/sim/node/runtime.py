@@ -24,6 +24,7 @@ CRASH_BACKOFF_S = 10.0  # the kubelet's initial container restart back-off
 CRASH_BACKOFF_MAX_S = 300.0  # and its cap (MaxContainerBackOff)
 RESET_AFTER_S = 600.0  # a container that ran this long starts its back-off over
 CRASH_LOOP = "CrashLoopBackOff"
+CREATE_ERROR = "CreateContainerError"
 
 
 @dataclass(frozen=True)
@@ -37,15 +38,20 @@ class ContainerView:
     exit_code: int | None = None  # of its last exit (the terminated state, or lastState while restarting)
     exit_reason: str = ""  # Completed, Error, OOMKilled ...
     finished_at: str = ""
-    waiting_reason: str = ""  # CrashLoopBackOff while a restart waits out its back-off
+    waiting_reason: str = ""  # CrashLoopBackOff while a restart waits out its back-off; CreateContainerError
+    waiting_message: str = ""  # why it waits, as `kubectl describe` shows it
     final: bool = False  # exited and not to be restarted: the pod's phase ends
 
     @property
     def phase(self) -> str:
-        """The pod phase this container gives a one-container pod."""
-        if not self.final:
-            return "Running"
-        return "Succeeded" if self.exit_code == 0 else "Failed"
+        """The pod phase this container gives a one-container pod, as the kubelet's getPhase decides it:
+        Pending while the container waits and has never run (being created, or its creation failed), Running
+        once it ran (even while it waits to restart), Succeeded or Failed once it exited for good."""
+        if self.final:
+            return "Succeeded" if self.exit_code == 0 else "Failed"
+        if not self.running and self.exit_code is None and not self.started_at:
+            return "Pending"
+        return "Running"
 
 
 READY = ContainerView(ready=True)
@@ -101,6 +107,12 @@ def stop_grace_s(pod: Mapping[str, Any]) -> float | None:
 def exit_code(returncode: int) -> int:
     """A process's return code as a runtime reports it: death by signal N is 128 + N."""
     return returncode if returncode >= 0 else 128 - returncode
+
+
+def not_created(error: str) -> ContainerView:
+    """A container the runtime could not create (an unresolvable CDI device, a missing command): it waits,
+    and the kubelet tries again."""
+    return ContainerView(ready=False, running=False, waiting_reason=CREATE_ERROR, waiting_message=error)
 
 
 def stopped(code: int, now: str) -> ContainerView:

@@ -59,9 +59,11 @@ class WorkerState:
 
     @property
     def done(self) -> bool:
-        if self.channel_isolation:  # Ready: its container runs (and exported, where workers run)
+        """Running and Ready (its container runs and, where workers run, exported its buffer: the isolation
+        proof imports it) with its channel: its domain's under channel isolation, else channel 0."""
+        if self.channel_isolation:
             return self.phase == "Running" and self.ready and self.channel not in (None, 0)
-        return self.phase == "Running" and self.channel0
+        return self.phase == "Running" and self.ready and self.channel0
 
 
 def _list(rack: Rack, group: str, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:

@@ -74,7 +74,9 @@ def container_story(rack: Rack, namespace: str, worker: WorkerState) -> str:
     """Why a worker holds no channel, as `kubectl describe` and `kubectl logs` would tell it."""
     running = rack.runtime.running.get(worker.uid)
     if running is None:
-        return "its container was never started"
+        kubelet = rack.cluster.kubelets.get(worker.node)
+        said = kubelet.last_errors.get(worker.uid, "") if kubelet is not None else ""
+        return f"its container was never started ({said or 'its kubelet reports no error'})"
     view = running.view()
     state = "running" if view.running else f"exited with {view.exit_code} ({view.exit_reason})"
     log_path = rack.runtime.log_path(namespace, worker.name)

@@ -106,7 +106,7 @@ def progress_table(progress: Progress, with_steps: bool = True) -> RenderableTyp
 
 
 def formed(progress: Progress) -> bool:
-    """Every worker of the scenario Running with channel0: the frame the view ends on."""
+    """Every worker of the scenario Running and Ready with channel0: the frame the view ends on."""
     workers = [w for states in progress.workers.values() for w in states]
     return bool(workers) and all(w.done for w in workers)
 
@@ -130,7 +130,9 @@ class LiveView:
     ) -> None:
         if self.live is not None:
             if self._formed is not None:  # end on the formed rack; the summary has the step times
-                phase = "formed: every worker Running with channel0 (then torn down; see the summary)"
+                phase = (
+                    "formed: every worker Running and Ready with channel0 (then torn down; see the summary)"
+                )
                 frame = dataclasses.replace(self._formed, phase=phase)
                 self.live.update(progress_table(frame, with_steps=False), refresh=True)
             self.live.__exit__(exc_type, exc, tb)

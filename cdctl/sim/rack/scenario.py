@@ -2,8 +2,8 @@
 
 `run_scenario(rack, plans, observe=...)` creates each planned ComputeDomain, waits for the controller to
 create its workload ResourceClaimTemplate, submits the job that uses it (cdctl.sim.rack.workload), waits until
-every worker pod is Running with channel0 in its CDI edits, runs `while_formed(rack)` when given (the
-integration tests restart a kubelet there), then deletes the jobs and waits for the kubelets
+every worker pod is Running and Ready with channel0 in its CDI edits, runs `while_formed(rack)` when given
+(the integration tests restart a kubelet there), then deletes the jobs and waits for the kubelets
 to unprepare every claim, deletes the domains and waits until nothing is left (cdctl.sim.rack.checks). Each
 poll hands a `Progress` to `observe` (the live view). The `ScenarioReport` holds the per-step timings, the
 formation time (first domain created -> every claim prepared), the teardown time and the problems found;
@@ -51,7 +51,7 @@ from cdctl.sim.rack.workload import channel_template_name, compute_domain, worke
 FORMATION_TARGETS_S = {18: 3.0, 144: 15.0}
 CREATE_STEP = "create ComputeDomains"
 TEMPLATES_STEP = "controller creates channel templates"
-WORKERS_STEP = "workers Running with channel0"
+WORKERS_STEP = "workers Running and Ready with channel0"
 WORKERS_CHANNEL_STEP = "workers Running with their domain's channel"  # channel isolation
 IMPORTS_STEP = "workers' imports: within domains succeed, across fail"  # channel isolation, once formed
 FORMATION_STEPS = (CREATE_STEP, TEMPLATES_STEP, WORKERS_STEP, WORKERS_CHANNEL_STEP, IMPORTS_STEP)

@@ -366,3 +366,95 @@ async def test_an_ended_pod_is_reported_as_a_kubelet_reports_it_and_its_claim_un
         assert [call[0] for call in kubelet.unprepare_calls] == [DRIVER]
         assert kubelet.running == {} and runtime.running == {}
         assert get(store, "", "pods", "worker")["status"]["phase"] == "Failed", "an ended pod stays ended"
+
+
+async def test_a_container_that_cannot_be_created_leaves_its_pod_pending_and_is_created_once_it_can(
+    socket_root: Path,
+) -> None:
+    """A CDI device that no spec on the node defines: the runtime cannot create the container, so the pod
+    stays Pending with the container waiting in CreateContainerError (the kubelet's getPhase: a container
+    that never ran keeps its pod Pending), never Running; the kubelet tries again, and once the spec is there
+    the container starts and the pod runs."""
+    store, runtime, kubelet, cdi_dir = node_with_a_process_runtime(socket_root)
+    kubelet.retry_backoff_s = 0.0
+    marker, dump = socket_root / "ready", socket_root / "env"
+    pod = _worker_pod(store, marker, dump)
+    uid = pod["metadata"]["uid"]
+    async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
+        try:
+            _allocate_worker_claim(store, cdi_dir, [])
+            spec_file = cdi_dir / "claim.yaml"
+            written = spec_file.read_text()
+            spec_file.unlink()  # the plugin's answer names a device no spec defines (yet)
+            await kubelet.sync()
+            status = get(store, "", "pods", "worker")["status"]
+            (container,) = status["containerStatuses"]
+            assert status["phase"] == "Pending" and uid not in runtime.running
+            assert container["state"]["waiting"]["reason"] == "CreateContainerError"
+            assert "unresolvable CDI devices" in container["state"]["waiting"]["message"]
+            assert container["started"] is False and container["ready"] is False
+            await kubelet.sync()
+            assert get(store, "", "pods", "worker")["status"]["phase"] == "Pending", "tried again, in vain"
+
+            spec_file.write_text(written)
+            await kubelet.sync()
+            status = get(store, "", "pods", "worker")["status"]
+            assert status["phase"] == "Running" and uid in runtime.running
+            assert "running" in status["containerStatuses"][0]["state"]
+        finally:
+            await asyncio.wait_for(runtime.stop_all(), 60)
+
+
+class _HeldSpawnRuntime(ProcessRuntime):
+    """A runtime whose container creation waits for its test: the window in which a kubelet pass runs while
+    a container is being created."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.release = asyncio.Event()
+
+    async def _spawn(self, pod: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process:
+        async with asyncio.timeout(30):
+            await self.release.wait()
+        return await super()._spawn(pod, env)
+
+
+async def test_a_pod_whose_container_is_being_created_is_pending_not_running(socket_root: Path) -> None:
+    """A kubelet pass that runs while the container is still being created reports the pod Pending with the
+    container ContainerCreating: Running would tell the rack's checks (and a user) that a workload runs that
+    has not started (a worker then seen holding no channel)."""
+    store = ObjectStore()
+    add_classes(store)
+    add_template(store, "tmpl")
+    cdi_dir = socket_root / "cdi"
+    runtime = _HeldSpawnRuntime(
+        selects=lambda pod: True, cdi_dirs=lambda node: [cdi_dir], log_dir=socket_root
+    )
+    kubelet = SimKubelet(store, NODE, socket_root / "registry", runtime=runtime)
+    kubelet.register_node()
+    add_slice(store, NODE)
+    pod = _worker_pod(store, socket_root / "ready", socket_root / "env")
+    uid = pod["metadata"]["uid"]
+    async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
+        try:
+            _allocate_worker_claim(store, cdi_dir, [])
+            await kubelet.sync(wait=False)  # the pod's start runs in its own task, as in the running kubelet
+            async with asyncio.timeout(20):
+                while uid not in kubelet.running:  # noqa: ASYNC110 - the start task prepares, then creates
+                    await asyncio.sleep(0.01)
+            await kubelet.sync(wait=False)  # another pass, while the container is being created
+            status = get(store, "", "pods", "worker")["status"]
+            assert status.get("phase", "Pending") == "Pending"
+            assert all(
+                c["state"]["waiting"]["reason"] == "ContainerCreating"
+                for c in status.get("containerStatuses", [])
+            )
+            runtime.release.set()
+            async with asyncio.timeout(20):
+                while get(store, "", "pods", "worker")["status"].get("phase") != "Running":
+                    await asyncio.sleep(0.02)
+                    await kubelet.sync(wait=False)
+            assert uid in runtime.running
+        finally:
+            runtime.release.set()
+            await asyncio.wait_for(runtime.stop_all(), 60)

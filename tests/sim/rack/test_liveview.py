@@ -18,7 +18,7 @@ def _progress(phase: str, steps: list[tuple[str, float]]) -> Progress:
     ]
     workers = {
         "nvl-job": [
-            WorkerState("nvl-job-0", "u0", "gb200-r00-n00", "Running", "prepared", channel0=True),
+            WorkerState("nvl-job-0", "u0", "gb200-r00-n00", "Running", "prepared", channel0=True, ready=True),
             WorkerState("nvl-job-1", "u1", "gb200-r00-n01", "Pending", "reserved", channel0=False),
         ]
     }
@@ -34,7 +34,7 @@ def _render(progress: Progress) -> str:
 
 
 def test_the_table_shows_each_node_its_daemon_and_its_workers_claim() -> None:
-    text = _render(_progress("workers Running with channel0", [("create ComputeDomains", 0.01)]))
+    text = _render(_progress("workers Running and Ready with channel0", [("create ComputeDomains", 0.01)]))
     first = next(line for line in text.splitlines() if "gb200-r00-n00" in line)
     second = next(line for line in text.splitlines() if "gb200-r00-n01" in line)
     assert "32766" in first and "registered" in first and "1/1 ready" in first
@@ -58,15 +58,15 @@ def test_without_a_terminal_it_names_each_step_as_it_begins_and_leaves_the_times
 def test_on_a_terminal_the_last_frame_is_the_formed_rack_not_the_torn_down_one() -> None:
     output = io.StringIO()
     console = Console(file=output, force_terminal=True, width=160, color_system=None)
-    formed = _progress("workers Running with channel0", [("create ComputeDomains", 0.01)])
+    formed = _progress("workers Running and Ready with channel0", [("create ComputeDomains", 0.01)])
     formed.workers["nvl-job"][1] = WorkerState(
-        "nvl-job-1", "u1", "gb200-r00-n01", "Running", "prepared", True
+        "nvl-job-1", "u1", "gb200-r00-n01", "Running", "prepared", True, ready=True
     )
     torn_down = Progress("delete ComputeDomains: nothing left", 3.0, formed.nodes, {"nvl-job": []}, [])
     with LiveView(console) as view:
         view(formed)
         view(torn_down)
-    last = output.getvalue().rsplit("formed: every worker Running with channel0", 1)
+    last = output.getvalue().rsplit("formed: every worker Running and Ready with channel0", 1)
     assert len(last) == 2, output.getvalue()[-2000:]
     assert "nvl-job-1 (Running)" in last[1] and "nothing left" not in last[1]
     assert "create ComputeDomains: 0.01 s" not in last[1]  # the summary holds the step times

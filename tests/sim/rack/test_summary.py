@@ -14,7 +14,7 @@ from cdctl.sim.rack.scenario import ScenarioReport, formation_target
 STEPS = [
     ("create ComputeDomains", 0.01),
     ("controller creates channel templates", 0.15),
-    ("workers Running with channel0", 1.23),
+    ("workers Running and Ready with channel0", 1.23),
     ("delete jobs: claims unprepared", 0.10),
     ("delete ComputeDomains: nothing left", 0.16),
 ]
@@ -49,7 +49,11 @@ def test_each_step_appears_once_with_its_own_and_its_cumulative_time() -> None:
         "0.10",
         "1.43",
     ]
-    assert _row(text, "workers Running with channel0") == ["workers Running with channel0", "1.23", "1.39"]
+    assert _row(text, "workers Running and Ready with channel0") == [
+        "workers Running and Ready with channel0",
+        "1.23",
+        "1.39",
+    ]
     assert _row(text, "delete ComputeDomains: nothing left") == [
         "delete ComputeDomains: nothing left",
         "0.16",
