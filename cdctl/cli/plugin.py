@@ -243,6 +243,14 @@ def _slots(value: int, *, field: str) -> int:
     help="Seconds a claim handed an IMEX channel keeps a planned IMEX restart on its node back: the time "
     "its workload has to start (docs/channel-isolation.md, Readiness).",
 )
+@click.option(
+    "--host-imex-config",
+    envvar="HOST_IMEX_CONFIG",
+    default=None,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="HostManagedIMEX: the host's IMEX config file (as mounted in this container). Each channel is then "
+    "handed out only while `nvidia-imex-ctl -c FILE -q` answers READY (docs/host-managed-imex.md).",
+)
 @isolation_options
 @click.option(
     "--channel-slots",
@@ -308,6 +316,7 @@ def kubelet_plugin(
     resource_api_version: str | None,
     fabric_reprobe_interval: float,
     imex_handover_hold: float,
+    host_imex_config: Path | None,
     imex_isolation: ImexIsolation,
     channel_slots: int,
     imex_channel_count: int,
@@ -345,6 +354,7 @@ def kubelet_plugin(
         resource_api_version=resource_api_version,
         fabric_reprobe_s=fabric_reprobe_interval,
         handover_hold_s=imex_handover_hold,
+        host_imex_config=host_imex_config,
         gpu_clique_label=gpu_clique_label,
         clique_refresh_s=clique_refresh_interval,
         http_endpoint=http_endpoint,

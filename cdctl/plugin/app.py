@@ -63,6 +63,7 @@ from cdctl.plugin.driver import Driver
 from cdctl.plugin.edits import write_shared_dir
 from cdctl.plugin.eventlogs import COMPONENT, served_logs
 from cdctl.plugin.health import HealthBoard
+from cdctl.plugin.hostimex import CTL, HostImexCheck, find_ctl
 from cdctl.plugin.metrics import MetricsEndpoint, PluginMetrics
 from cdctl.plugin.nodecheck import NodeCheck
 from cdctl.plugin.nodecheck import probe as probe_lib
@@ -202,6 +203,7 @@ class PluginProcess:
                     "570.158.01); set featureGates.IMEXDaemonsWithDNSNames=false"
                 )
             log.info("driver version validation passed", version=version)
+        host_imex = self._host_imex()  # a config without the tool to ask with is refused before anything runs
         key = read_key_file(cfg.log_key_file) if cfg.log_key_file is not None else None
         self.store = await with_retries(
             "opening the event log", lambda: SqliteEventStore.open(cfg.db_path, key=key)
@@ -261,7 +263,7 @@ class PluginProcess:
             channel_count=cfg.channel_count,
             handover_hold_s=cfg.handover_hold_s,
         )
-        self.state = DeviceState(settings, book, self.cluster, self.fabric)
+        self.state = DeviceState(settings, book, self.cluster, self.fabric, host_imex=host_imex)
         removed = self.state.remove_orphan_specs()
         if invalidated or removed:
             log.info(
@@ -339,6 +341,27 @@ class PluginProcess:
         if self.cluster.use_cliques:
             log.warning("restarting to follow the new clique's ComputeDomainCliques")
             self.restart_requested.set()
+
+    def _host_imex(self) -> HostImexCheck | None:
+        """HostManagedIMEX with the host's IMEX config given: how to ask that IMEX whether it is ready."""
+        config = self.cfg.host_imex_config
+        if config is None:
+            return None
+        if not self.host_managed:
+            log.warning("--host-imex-config is ignored: IMEX is driver-managed here", config=str(config))
+            return None
+        ctl = find_ctl(self.cfg.container_driver_root)
+        if ctl is None:
+            raise PermanentError(
+                f"--host-imex-config {config}: {CTL} is neither in the driver root "
+                f"({self.cfg.container_driver_root}) nor on PATH; it is needed to ask the host's IMEX"
+            )
+        log.info(
+            "a channel is handed out only while the host's IMEX answers READY",
+            ctl=str(ctl),
+            config=str(config),
+        )
+        return HostImexCheck(ctl, config)
 
     async def _write_shared_dir(self) -> None:
         """Channel isolation, driver-managed: the shared IMEX daemon's directory, once the fabric has a

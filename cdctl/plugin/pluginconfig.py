@@ -60,6 +60,9 @@ class PluginConfig:
     watch_claims: bool = False
     fabric_reprobe_s: float = 15.0  # NVML probe period: device health, and waiting for the fabric
     handover_hold_s: float = HOLD_S  # a claim handed a channel keeps a planned IMEX restart back this long
+    # HostManagedIMEX: the host's IMEX config; a channel is handed out only while `nvidia-imex-ctl -q` with it
+    # answers READY (cdctl.plugin.hostimex). None: not asked.
+    host_imex_config: Path | None = None
     gpu_clique_label: bool = False  # set nvidia.com/gpu.clique on this node (upstream PR 1247)
     clique_refresh_s: float = DEFAULT_REFRESH_S  # how often the clique is re-read
     host_root: Path = Path("/")  # where /proc and /sys of the host are read (single-node NVLink detection)

@@ -79,3 +79,13 @@ class HandoverPort(Protocol):
 
     def release(self, directory: Path, claim_uid: str) -> None:
         """Drop the claim's hold, if any."""
+
+
+class HostImexPort(Protocol):
+    """The host's IMEX under HostManagedIMEX: `nvidia-imex-ctl -q` (cdctl.plugin.hostimex); tests fake it."""
+
+    async def not_ready(self) -> str | None:
+        """None when the host's IMEX answers READY now; else what it answered."""
+
+    async def until_ready(self) -> None:
+        """Return once the host's IMEX answers READY (the caller bounds the wait)."""

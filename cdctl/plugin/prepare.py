@@ -9,7 +9,8 @@ file) and the outcome after: PrepareStarted, ChannelAllocated, CdiSpecWritten + 
 PrepareFailed; Unprepare appends ChannelReleased + Unprepared and removes the node's label only when no other
 claim of the domain on this node holds it (cdctl.domain.claims.holds_node_label). A prepare attempt that began
 before the claim was last unprepared or invalidated is fenced (Go issue 1162). Under HostManagedIMEX
-(`host_managed`) a channel claim is prepared without a node label or a readiness wait,
+(`host_managed`) a channel claim is prepared without a node label or a daemon readiness wait (only, where
+the plugin is given the host's IMEX config, until `nvidia-imex-ctl -q` answers READY: cdctl.plugin.hostimex),
 `check_host_managed_config` refuses any allocationMode but unset/Single and every daemon claim, a node without
 a clique is refused, and unprepare leaves node labels alone; each refusal is a permanent ClaimPrepareFailed in
 the claim's stream. A daemon claim is prepared only for the controller's daemon pod of an existing domain on
@@ -74,7 +75,7 @@ from cdctl.plugin.devices import (
 from cdctl.plugin.edits import DeviceFacts, channel_device, daemon_device, write_domain_dir
 from cdctl.plugin.handover import GateFiles
 from cdctl.plugin.locks import DeviceHolds, KeyedLocks
-from cdctl.plugin.ports import ClusterPort, HandoverPort
+from cdctl.plugin.ports import ClusterPort, HandoverPort, HostImexPort
 from cdctl.plugin.preparesettings import (
     NOT_READY_DELAY,
     ChannelNotAssigned,
@@ -124,9 +125,11 @@ class DeviceState:
         cluster: ClusterPort,
         fabric: FabricStatus,
         gates: HandoverPort | None = None,
+        host_imex: HostImexPort | None = None,
     ) -> None:
         self.settings = settings
         self.gates: HandoverPort = gates if gates is not None else GateFiles(settings.handover_hold_s)
+        self.host_imex = host_imex  # HostManagedIMEX: the host's IMEX must answer READY (None: not asked)
         self.book = book
         self.cluster = cluster
         self.fabric = fabric
@@ -214,6 +217,8 @@ class DeviceState:
             self.holds.take(claim, self.book.records(), channel=out.channel)
         if out.gates:
             await self._handover(uid, out.gates)
+        if out.channel and s.host_managed:
+            await self._host_imex_ready(uid)
         events: list[DomainEvent] = []
         ids = [i for d in out.devices for i in d["cdi_device_ids"]]
         if out.cdi_devices:
@@ -238,6 +243,18 @@ class DeviceState:
                     f"IMEX on this node is not ready now ({directory.name}): {closed}",
                     functools.partial(self.gates.until_open, directory),
                 )
+
+    async def _host_imex_ready(self, uid: str) -> None:
+        """HostManagedIMEX: hand out the channel only while the host's IMEX answers READY (a retriable wait
+        otherwise, asked again until it does)."""
+        if self.host_imex is None:
+            return
+        reason = await self.host_imex.not_ready()
+        if reason is not None:
+            log.info("prepare decision: wait, host IMEX not ready", claim=uid, reason=reason, v=V_DECISION)
+            raise DaemonNotReady(
+                f"the host's IMEX on this node is not ready: {reason}", self.host_imex.until_ready
+            )
 
     def _release_handover(self, uid: str) -> None:
         """Drop the claim's holds, wherever it may have written them."""

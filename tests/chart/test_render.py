@@ -13,7 +13,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 from helm_python import chart as hc
-from helm_python.errors import HelmRenderError
+from helm_python.errors import HelmRenderError, HelmValuesError
 
 from tests.chart.conftest import CHART_DIR, NAMESPACE, SCENARIOS, env_of, find, one, render_objects
 
@@ -260,6 +260,25 @@ def test_host_managed_mode(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for kind in ("StatefulSet", "DaemonSet"):
         container = one(objects, kind)["spec"]["template"]["spec"]["containers"][0]
         assert env_of(container)["FEATURE_GATES"] == "HostManagedIMEX=true"
+
+
+def test_the_host_imex_config_is_mounted_read_only_and_named_to_the_plugin(helm_chart: hc.Chart) -> None:
+    values = {"featureGates": {"HostManagedIMEX": True}}
+    pod = one(render_objects(helm_chart, values), "DaemonSet")["spec"]["template"]["spec"]
+    assert "HOST_IMEX_CONFIG" not in env_of(pod["containers"][0]), "off by default (seed 003: not asked)"
+    assert "host-imex-config" not in {v["name"] for v in pod["volumes"]}
+
+    values["kubeletPlugin"] = {"hostImexConfig": "/etc/nvidia-imex/config.cfg"}
+    pod = one(render_objects(helm_chart, values), "DaemonSet")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert env_of(container)["HOST_IMEX_CONFIG"] == "/etc/nvidia-imex/config.cfg"
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "host-imex-config"]
+    assert mount == {"name": "host-imex-config", "mountPath": "/etc/nvidia-imex", "readOnly": True}
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "host-imex-config"]
+    assert volume["hostPath"] == {"path": "/etc/nvidia-imex", "type": "Directory"}
+    for wrong in ("etc/nvidia-imex/config.cfg", "/etc/nvidia-imex/", "/etc/nvidia imex/config.cfg"):
+        with pytest.raises(HelmValuesError, match="/kubeletPlugin/hostImexConfig"):
+            render_objects(helm_chart, {"kubeletPlugin": {"hostImexConfig": wrong}})
 
 
 def test_driver_managed_mode_provides_what_daemon_pods_need(

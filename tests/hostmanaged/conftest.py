@@ -257,8 +257,20 @@ class HostManagedCluster:
         )
         self.controller = asyncio.create_task(run_controller(settings))
 
-    async def start_plugin(self, node: str) -> None:
+    async def start_plugin(self, node: str, host_imex_config: Path | None = None) -> None:
+        """Start the node's plugin; with `host_imex_config`, one that asks the host's IMEX before each channel
+        (through an `nvidia-imex-ctl` in its driver root that reaches the fake IMEX registry)."""
         files = self.sim.driver_files(node)
+        driver_root = self.root / f"driver-root-{node}"
+        if host_imex_config is not None:
+            fake_env = self.sim.fake_imex_env()
+            ctl = driver_root / "usr" / "bin" / "nvidia-imex-ctl"
+            ctl.parent.mkdir(parents=True, exist_ok=True)
+            ctl.write_text(
+                f"#!/bin/sh\nexport {fakeimex.REGISTRY_ENV}={fake_env[fakeimex.REGISTRY_ENV]}\n"
+                f'exec {self.sim.work_dir / "bin" / "nvidia-imex-ctl"} "$@"\n'
+            )
+            ctl.chmod(0o755)
         config = PluginConfig(
             node_name=node,
             cdi_root=self.sim.node_dir(node) / "cdi",
@@ -272,6 +284,8 @@ class HostManagedCluster:
             fabric_imex_mgmt_cap=str(files.fabric_imex_mgmt_cap),
             boot_id_path=str(files.boot_id),
             projection_batch_s=0.05,
+            host_imex_config=host_imex_config,
+            container_driver_root=driver_root,
         )
         process = PluginProcess(config, NodeDeviceLib(self.sim.topology, node))
         stop = asyncio.Event()
@@ -285,6 +299,11 @@ class HostManagedCluster:
         await until(lambda: published() or self.plugins[node].task.done(), f"plugin on {node} published")
         if self.plugins[node].task.done():
             self.plugins[node].task.result()
+
+    async def stop_plugin(self, node: str) -> None:
+        plugin = self.plugins.pop(node)
+        plugin.stop.set()
+        await asyncio.wait_for(plugin.task, 60)
 
     async def close(self) -> None:
         for plugin in self.plugins.values():

@@ -10,6 +10,7 @@
 4. allocationMode All: the pod fails with a clear permanent prepare error, listed by `cdctl sql`.
 5. A node without an NVLink clique: the pod fails with a clear permanent prepare error naming the missing
    clique, listed by `cdctl sql`.
+6. A plugin given the host's IMEX config (not the default): no channel while that IMEX is down.
 """
 
 from __future__ import annotations
@@ -95,6 +96,40 @@ async def test_stopping_host_imex_is_left_to_the_operator(cluster: HostManagedCl
     since = cluster.logs[stopped_at:]
     assert since, "the plugin logged its unprepare and prepare"
     assert not [entry for entry in since if "imex" in str(entry).lower()]
+
+
+async def test_a_plugin_given_the_host_imex_config_hands_out_no_channel_while_that_imex_is_down(
+    cluster: HostManagedCluster,
+) -> None:
+    """`--host-imex-config`: the plugin asks `nvidia-imex-ctl -q` before each channel. The host's IMEX stopped
+    (or restarting): the pod waits, its Prepare retried with the tool's answer as the reason, and no CDI spec
+    is written; once the operator starts it again the pod runs with channel 0."""
+    await cluster.admitted_domain("train-a")
+    node, _ = cluster.fabric_nodes
+    await cluster.stop_plugin(node)
+    await cluster.start_plugin(node, host_imex_config=cluster.imex[node].config)
+    await cluster.imex[node].stop()  # systemctl stop nvidia-imex (a restart's first half)
+
+    cluster.create_workload("worker", node, "train-a")
+
+    def waits() -> list[str]:
+        return [
+            str(e.get("reason"))
+            for e in cluster.logs
+            if e.get("event") == "prepare decision: wait, host IMEX not ready"
+        ]
+
+    await until(waits, "a Prepare waiting for the host's IMEX")
+    assert "UNAVAILABLE: no IMEX daemon" in waits()[0]
+    await asyncio.sleep(1)  # the wait goes on: the host's IMEX is asked again, and still answers not ready
+    assert not cluster.running("worker")
+    assert not list((cluster.sim.node_dir(node) / "cdi").glob("*claim_*.yaml")), "no channel handed out"
+
+    await cluster.imex[node].start()  # systemctl start nvidia-imex
+    await until(lambda: cluster.running("worker"), "worker Running once the host's IMEX is READY")
+    assert channel_nodes(cluster, "worker") == [CHANNEL0]
+    assert len(list((cluster.sim.node_dir(node) / "cdi").glob("*claim_*.yaml"))) == 1
+    assert await cluster.imex[node].query() == (0, "READY")
 
 
 async def test_a_second_channel_claim_on_a_node_is_refused(cluster: HostManagedCluster) -> None:

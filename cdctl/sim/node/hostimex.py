@@ -37,12 +37,16 @@ class HostImex:
     def config_dir(self, node: str) -> Path:
         return self.work_dir / node / "etc" / "nvidia-imex"
 
+    def config_file(self, node: str) -> Path:
+        """The node's /etc/nvidia-imex/config.cfg (what its kubelet plugin asks `nvidia-imex-ctl -q` with)."""
+        return self.config_dir(node) / "config.cfg"
+
     def _write_config(self, node: str, address: str, peers: list[str]) -> Path:
         directory = self.config_dir(node)
         directory.mkdir(parents=True, exist_ok=True)
         node_file = directory / "nodes_config.cfg"
         node_file.write_text("".join(f"{peer}\n" for peer in peers))
-        config = directory / "config.cfg"
+        config = self.config_file(node)
         config.write_text(
             f"SERVER_PORT={SERVER_PORT}\nIMEX_NODE_CONFIG_FILE={node_file}\n"
             f"IMEX_CMD_BIND_INTERFACE_IP={address}\nIMEX_CMD_PORT={COMMAND_PORT}\n"

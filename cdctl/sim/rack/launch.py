@@ -479,6 +479,12 @@ class Rack:
                 "--pod-name",
                 name,
                 *self._component_flags(local_port),
+                # Host-managed: the plugin asks the host IMEX (its /etc/nvidia-imex) before each channel.
+                *(
+                    ["--host-imex-config", str(self.host_imex.config_file(node))]
+                    if self.settings.host_managed
+                    else []
+                ),
             ],
             dict(self.base_env),
             self.logs_dir / f"plugin-{node}.log",
