@@ -21,6 +21,7 @@ def _container_state(view: ContainerView, now: str) -> tuple[dict[str, Any], dic
     terminated = {
         "exitCode": view.exit_code,
         "reason": view.exit_reason,
+        **({"message": view.exit_message} if view.exit_message else {}),
         "startedAt": view.started_at or now,
         "finishedAt": view.finished_at or now,
     }

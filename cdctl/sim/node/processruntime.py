@@ -439,6 +439,8 @@ class ProcessRuntime:
         self.running.clear()
 
     async def stop(self, pod: dict[str, Any]) -> int | None:
+        if not self.selects(pod):
+            return 0  # a pod not run here was Ready at once: it ends as one that exits 0 on SIGTERM
         running = self.running.pop(pod["metadata"]["uid"], None)
         if running is None:
             return None

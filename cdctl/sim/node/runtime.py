@@ -37,6 +37,7 @@ class ContainerView:
     started_at: str = ""
     exit_code: int | None = None  # of its last exit (the terminated state, or lastState while restarting)
     exit_reason: str = ""  # Completed, Error, OOMKilled ...
+    exit_message: str = ""  # the terminated state's message, where the kubelet writes one
     finished_at: str = ""
     waiting_reason: str = ""  # CrashLoopBackOff while a restart waits out its back-off; CreateContainerError
     waiting_message: str = ""  # why it waits, as `kubectl describe` shows it
@@ -113,6 +114,21 @@ def not_created(error: str) -> ContainerView:
     """A container the runtime could not create (an unresolvable CDI device, a missing command): it waits,
     and the kubelet tries again."""
     return ContainerView(ready=False, running=False, waiting_reason=CREATE_ERROR, waiting_message=error)
+
+
+NEVER_RAN_CODE = 137
+NEVER_RAN_REASON = "ContainerStatusUnknown"
+NEVER_RAN_MESSAGE = "The container could not be located when the pod was terminated"
+
+
+def never_ran(now: str) -> ContainerView:
+    """The container of a pod deleted before it ever ran, as the kubelet ends it: terminated with
+    ContainerStatusUnknown and exit code 137, so the pod's phase is Failed (since v1.27 the kubelet gives
+    every deleted pod a terminal phase)."""
+    return ContainerView(
+        ready=False, running=False, exit_code=NEVER_RAN_CODE, exit_reason=NEVER_RAN_REASON,
+        exit_message=NEVER_RAN_MESSAGE, finished_at=now, final=True,
+    )  # fmt: skip
 
 
 def stopped(code: int, now: str) -> ContainerView:

@@ -6,7 +6,8 @@ the deletion's grace period is over: cdctl.sim.node.runtime's `stop_grace_s`), u
 its final status (phase Succeeded when its container exited 0, else Failed, with the container's terminated
 state; since v1.27 a kubelet sets a deleted pod's terminal phase) and then deletes it with a grace period of 0
 and its uid as precondition (the status manager's last step), which removes it from the API. A pod nothing
-ran for is deleted as it is. Used by cdctl.sim.node.kubelet.
+ran for ends Failed too, its container terminated with ContainerStatusUnknown (exit code 137), as the
+kubelet reports a container it never started in a terminal pod. Used by cdctl.sim.node.kubelet.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from cdctl.sim.apiserver.errors import Conflict, NotFound
 from cdctl.sim.apiserver.objectmeta import now_rfc3339
 from cdctl.sim.apiserver.store import ObjectStore
 from cdctl.sim.node.podstatus import pod_status
-from cdctl.sim.node.runtime import stopped
+from cdctl.sim.node.runtime import never_ran, stopped
 
 
 def is_terminating(pod: Mapping[str, Any] | None) -> bool:
@@ -48,8 +49,10 @@ def finish_deletion(store: ObjectStore, uid: str, exit_code: int | None) -> bool
         latest = store.get(pods, namespace, name)
         if latest["metadata"]["uid"] != uid:
             return True  # removed meanwhile, and a new pod took its name
-        if exit_code is not None and (latest.get("status") or {}).get("phase") not in TERMINAL_PHASES:
-            status = pod_status(latest, stopped(exit_code, now_rfc3339()), now_rfc3339())
+        if (latest.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+            now = now_rfc3339()
+            view = stopped(exit_code, now) if exit_code is not None else never_ran(now)
+            status = pod_status(latest, view, now)
             store.update(pods, namespace, name, {**latest, "status": status}, subresource="status")
         store.delete(pods, namespace, name, preconditions={"uid": uid}, grace_period_s=0)
     return True

@@ -90,3 +90,40 @@ async def test_a_container_that_ignores_sigterm_is_killed_when_the_deletions_gra
     took, status, _ = await _delete_and_watch_it_end(socket_root, IGNORES_SIGTERM, grace_s=1)
     assert took >= 1.0, "SIGKILL waits for the grace period the delete gave"
     assert _terminated(status) == ("Failed", 137, "Error")  # 128 + SIGKILL
+
+
+async def test_a_deleted_pod_whose_container_never_ran_ends_failed_with_container_status_unknown(
+    socket_root: Path,
+) -> None:
+    """Its container could not be created (its CDI device never resolved): deleted, it still ends in a
+    terminal phase, Failed, its container terminated with ContainerStatusUnknown and exit code 137, as a
+    v1.27+ kubelet writes it, and only then is it removed."""
+    store, runtime, kubelet, cdi_dir = node_with_a_process_runtime(socket_root)
+    spec = {
+        "securityContext": {"runAsUser": 0},
+        "containers": [
+            {"name": "main", "image": "python", "command": _container(DIES_OF_SIGTERM, socket_root)}
+        ],
+        "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": "tmpl"}],
+    }
+    pods = store.type_of("", "pods")
+    store.create(pods, "default", {"metadata": {"name": "worker"}, "spec": spec})
+    async with serve_plugin(socket_root / "registry", socket_root / "plugin", DRIVER, ["v1.DRAPlugin"]):
+        _allocate_worker_claim(store, cdi_dir, [])
+        (cdi_dir / "claim.yaml").unlink()  # the container cannot be created
+        await kubelet.sync()
+        assert get(store, "", "pods", "worker")["status"]["phase"] == "Pending"
+        watcher = store.watch(pods)
+        store.delete(pods, "default", "worker", grace_period_s=30)
+        await kubelet.sync()
+        assert not store.exists_name(pods, "default", "worker")
+        events = [watcher.queue.get_nowait() for _ in range(watcher.queue.qsize())]
+        last = [e.obj for e in events if e.type == "MODIFIED"][-1]
+    (container,) = last["status"]["containerStatuses"]
+    assert last["status"]["phase"] == "Failed"
+    assert container["state"]["terminated"]["exitCode"] == 137
+    assert container["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert container["state"]["terminated"]["message"] == (
+        "The container could not be located when the pod was terminated"
+    )
+    assert runtime.running == {}
