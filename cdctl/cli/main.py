@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("cdctl.cli.history", "history"),
     "streams": ("cdctl.cli.history", "streams"),
     "timeline": ("cdctl.cli.timeline", "timeline"),
+    "explain": ("cdctl.cli.explain", "explain"),
     "collect": ("cdctl.cli.collect", "collect_command"),
     "version": ("cdctl.cli.shell", "version"),
     "completion": ("cdctl.cli.shell", "completion"),

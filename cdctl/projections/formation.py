@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cdctl.projections.evidence import Evidence
 from cdctl.projections.timeline import Line
 
 COMMAND = "cdctl timeline"
@@ -60,6 +61,7 @@ class Mark:
     at: datetime
     event: str  # the event, as the hover shows it
     detail: str = ""
+    evidence: Evidence | None = None  # the event behind the mark, for citing (cdctl explain)
 
 
 @dataclass
@@ -305,7 +307,9 @@ def formation_view(lines: Sequence[Line], domain_uid: str, subject: str) -> Form
             continue  # a milestone counts once: its first time (a repeated Prepare answers from the log)
         at = line.event.recorded_at
         offset = (at - origin).total_seconds() if origin else 0.0
-        row.marks.append(Mark(row_name, key, label, phase, offset, at, _text(line), detail))
+        row.marks.append(
+            Mark(row_name, key, label, phase, offset, at, _text(line), detail, Evidence.of(line))
+        )
     nodes = sorted(fold.rows.values(), key=lambda r: r.name)
     view = FormationView(
         subject=subject, domain_uid=domain_uid, domain_name=fold.name, origin=origin,
@@ -362,7 +366,8 @@ def _explain_slowest(view: FormationView) -> None:
         mark = row.first("worker")
         return mark.offset_s if mark else 0.0
 
-    slowest = min(view.nodes, key=reached) if view.formation_s is None else max(view.nodes, key=worker_at)
+    # Not formed: the node with the fewest milestones (of those, the first to stall) is furthest behind.
+    slowest = max(view.nodes, key=reached) if view.formation_s is None else max(view.nodes, key=worker_at)
     steps = _steps(slowest)
     others = {name: [s for r in view.nodes if r is not slowest for n, s in _steps(r) if n == name]
               for name, _ in steps}  # fmt: skip

@@ -214,3 +214,18 @@ def test_a_compromised_daemon_cannot_put_marks_on_another_nodes_row() -> None:
     rows = {r.name: r for r in view.nodes}
     assert [m.key for m in rows["n1"].marks] == ["daemon-started"]
     assert [m.key for m in rows["n2"].marks] == ["daemon-started", "imex-exited"]
+
+
+def test_not_formed_the_node_furthest_behind_is_the_one_with_the_fewest_milestones() -> None:
+    log = Log()
+    _domain(log)
+    _node(log, "n1", 1.0)
+    log.add(
+        0.2,
+        f"domain/{UID}",
+        "DomainObjectObserved",
+        {"kind": "Node", "name": "n2", "change": "ADDED", "summary": {}},
+    )
+    view = formation_view(sorted(log.lines, key=lambda ln: ln.event.recorded_at), UID, "cd")
+    assert view.formation_s is None
+    assert view.slowest == "n2"

@@ -8,7 +8,8 @@ interactive it prints each step's name as it begins instead. `summary(...)` rend
 step once: formation time beside its target, a table of the start-up, formation and teardown steps (each
 step's own time, and the time since its phase began), where every event log is, the formation timeline
 page, commands to explore them, under channel isolation which domain got which channel and the workers'
-import checks, and the verdict. Used by cdctl.sim.rack.rackcommand.
+import checks, the verdict, and last what `cdctl explain` says of each domain (its slowest node's critical
+path and the cause of its longest wait). Used by cdctl.sim.rack.rackcommand.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from cdctl.invocation import cdctl_command, on_path_hint
 from cdctl.sim.rack.checks import WorkerState
 from cdctl.sim.rack.launch import Rack, StartTimings
 from cdctl.sim.rack.scenario import FORMATION_STEPS, Progress, ScenarioReport, formation_target
+from cdctl.sim.rack.timelines import Timelines
 
 MAX_ROWS = 36
 REFRESH_S = 0.25
@@ -291,4 +293,16 @@ def summary(rack: Rack, report: ScenarioReport) -> RenderableType:
     else:
         lines.append(Text("checks failed:", style="bold red"))
         lines += [Text(f"  - {problem}", style="red") for problem in report.problems]
+    if drawn is not None and drawn.collected is not None:
+        lines += explain_lines(drawn, cdctl)
     return Group(*lines)
+
+
+def explain_lines(drawn: Timelines, cdctl: str) -> list[Text]:
+    """What `cdctl explain` says of each domain's slowest node: its critical path and longest wait's cause."""
+    lines: list[Text] = []
+    for explanation in drawn.explanations:
+        lines.append(Text(f"{cdctl} explain --db {shlex.quote(str(drawn.collected))} {explanation.subject}:",
+                          style="bold"))  # fmt: skip
+        lines += [Text(f"  {line}") for line in explanation.text()]
+    return lines

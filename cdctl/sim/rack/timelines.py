@@ -4,8 +4,10 @@
 their logs, what an operator would: `cdctl collect` into `<work dir>/collected.db` (cdctl.collect.run,
 through the simulated API server's pod proxy, as the admin the rack's kubeconfig names; the plugins serve
 the daemons' kept logs), then for each domain `cdctl timeline` into `<work dir>/timeline-<name>.html`
-(cdctl.projections.formation and formationpage). It returns the pages written and, for a domain it could
-not draw, why: the rack's verdict does not depend on it. Called by cdctl.sim.rack.rackcommand.
+(cdctl.projections.formation and formationpage), and `cdctl explain` of it (cdctl.projections.explainload:
+the slowest node's critical path and the cause of its longest wait). It returns the pages written, the
+explanations and, for a domain it could not draw, why: the rack's verdict does not depend on it. Called by
+cdctl.sim.rack.rackcommand.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 from cdctl.collect.run import CollectSettings, collect
 from cdctl.domain.errors import CdctlError
+from cdctl.projections.explain import Explanation
+from cdctl.projections.explainload import load_explanations
 from cdctl.projections.formationload import load_view
 from cdctl.projections.formationpage import write
 from cdctl.projections.timeline import EventSource
@@ -29,6 +33,7 @@ from cdctl.store.collected import CollectedFile
 class Timelines:
     collected: Path | None = None
     pages: list[Path] = field(default_factory=list)
+    explanations: list[Explanation] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -62,4 +67,5 @@ async def draw_timelines(rack: Rack, domains: Sequence[tuple[str, str]]) -> Time
                 out.problems.append(f"timeline of {namespace}/{name}: {getattr(error, 'message', error)}")
                 continue
             out.pages.append(path)
+            out.explanations += await load_explanations(events, f"computedomain/{namespace}/{name}")
     return out

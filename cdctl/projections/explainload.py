@@ -1,0 +1,146 @@
+"""What `cdctl explain` is given, resolved and read: the lines of a domain, a claim, a pod's claims or a node.
+
+`load_explanations(events, subject)` takes computedomain/NAMESPACE/NAME, resourceclaim/NAMESPACE/NAME,
+pod/NAMESPACE/NAME (the claims the kubelet made for the pod: their names begin with the pod's), node/NAME,
+domain/<uid>, claim/<uid> or a bare uid (cdctl.projections.timeline resolves the names), reads through
+`EventSource` (a log or a collected file) and explains (cdctl.projections.explain). It adds what the file
+cannot tell: the compaction horizon of each log that was compacted (what lies before it is gone), and in a
+collected file each source the subject needed that is missing (which node's plugin or daemon would have
+told). Bad input is InvalidInput naming SUBJECT. Used by cdctl.cli.explain and cdctl.sim.rack.
+"""
+
+from __future__ import annotations
+
+from cdctl.domain.errors import InvalidInput
+from cdctl.projections.causes import History
+from cdctl.projections.explain import Explanation, explain_claim, explain_domain, explain_node
+from cdctl.projections.formation import MILESTONES, formation_view
+from cdctl.projections.timeline import EventSource, parse_subject, resolve_uid, timeline
+
+COMMAND = "cdctl explain"
+# Which component's log tells each milestone (a note when a file holds none of one).
+TOLD_BY = {
+    "labelled": "the controller's log",
+    "daemon-claim": "the kubelet plugins' logs",
+    "daemon-started": "the IMEX daemons' logs",
+    "listed": "the controller's log",
+    "ready": "the controller's log",
+    "worker": "the kubelet plugins' logs",
+}
+
+
+async def load_explanations(events: EventSource, subject: str) -> list[Explanation]:
+    head, _, rest = subject.partition("/")
+    if head.lower() in ("pod", "pods", "po"):
+        return await _pod(events, subject, rest)
+    kind, parts = parse_subject(subject, COMMAND)
+    if kind == "node":
+        _, lines = await timeline(events, subject)
+        if not lines:
+            raise InvalidInput(COMMAND, "SUBJECT", f"no events of node {parts[0]} in {events.where}")
+        out = explain_node(lines, parts[0], subject)
+        out.notes += await _horizons(events)
+        return [out]
+    if kind in ("computedomain", "resourceclaim"):
+        uid = await resolve_uid(events, subject, kind, parts[0], parts[1], COMMAND)
+        is_claim = kind == "resourceclaim"
+    elif kind == "stream" and head not in ("domain", "claim"):
+        raise InvalidInput(
+            COMMAND, "SUBJECT", f"{subject!r} is not domain/<uid>, claim/<uid> or KIND/NS/NAME"
+        )
+    else:
+        uid = rest if kind == "stream" else subject
+        is_claim = head == "claim" or bool(await events.lines("stream = ?", [f"claim/{uid}"]))
+    return [await (_claim(events, subject, uid) if is_claim else _domain(events, subject, uid))]
+
+
+async def _domain(events: EventSource, subject: str, uid: str) -> Explanation:
+    lines = await events.lines(*events.naming(uid))
+    if not lines:
+        raise InvalidInput(COMMAND, "SUBJECT", f"no events of {subject!r} in {events.where}")
+    view = formation_view(lines, uid, subject)
+    out = explain_domain(view, History(lines))
+    if not view.origin_is_creation:
+        out.notes.append(
+            "the controller's observation of the domain is not in this file: times count from its"
+            " first event here"
+        )
+    for key, _ in MILESTONES:
+        if key in view.missing:
+            out.notes.append(f"no node has '{dict(MILESTONES)[key]}' here: {TOLD_BY[key]} would tell it")
+    out.notes += await _horizons(events) + await _missing_sources(events, [r.name for r in view.nodes], uid)
+    return out
+
+
+async def _claim(events: EventSource, subject: str, uid: str) -> Explanation:
+    own = await events.lines("stream = ?", [f"claim/{uid}"])
+    started = [ln for ln in own if ln.event.type == "ClaimPrepareStarted"]
+    if not started:
+        raise InvalidInput(COMMAND, "SUBJECT", f"no Prepare of claim {uid} in {events.where}")
+    domain = str(started[0].event.data.get("domain_uid") or "")
+    lines = await events.lines(*events.naming(domain)) if domain else own
+    out = explain_claim(lines or own, uid, subject, History(lines or own))
+    node = str(started[0].event.data.get("node") or "")
+    out.notes += await _horizons(events) + await _missing_sources(events, [node] if node else [], domain)
+    return out
+
+
+async def _pod(events: EventSource, subject: str, rest: str) -> list[Explanation]:
+    parts = rest.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise InvalidInput(COMMAND, "SUBJECT", f"{subject!r} is not pod/NAMESPACE/NAME")
+    namespace, pod = parts
+    rows = await events.query(
+        "SELECT DISTINCT substr(stream, 7) FROM events WHERE stream GLOB 'claim/*' AND type ="
+        " 'ClaimPrepareStarted' AND json_valid(data) AND json_extract(data, '$.namespace') = ?"
+        " AND substr(json_extract(data, '$.name'), 1, ?) = ?",
+        [namespace, len(pod) + 1, f"{pod}-"],
+    )
+    if not rows:
+        raise InvalidInput(
+            COMMAND,
+            "SUBJECT",
+            f"no claim of pod {namespace}/{pod} was prepared in {events.where}"
+            " (a pod's claims are named after it: <pod>-<claim>-<suffix>)",
+        )
+    return [await _claim(events, subject, str(row[0])) for row in rows]
+
+
+async def _horizons(events: EventSource) -> list[str]:
+    """A note for each log in the file that was compacted: its first kept position and time."""
+    source = "source" if events.collected else "''"
+    rows = await events.query(
+        f"SELECT {source}, MIN(position), MIN(recorded_at) FROM events GROUP BY {source}"
+        " HAVING MIN(position) > 1",
+        [],
+    )
+    out = []
+    for name, position, recorded_at in rows:
+        where = f"{name}'s log" if name else "this log"
+        out.append(
+            f"{where} was compacted: what happened before position {position} ({str(recorded_at)[:23]}) is"
+            " gone, and with it any cause that lies there"
+        )
+    return out
+
+
+async def _missing_sources(events: EventSource, nodes: list[str], domain_uid: str) -> list[str]:
+    """In a collected file: the sources this subject needed that the file lacks, and what each would tell."""
+    if not events.collected:
+        return []
+    rows = await events.query("SELECT name, component, node FROM sources", [])
+    names = {str(r[0]) for r in rows}
+    out = []
+    if not any(str(r[1]) == "controller" for r in rows):
+        out.append("no controller source: it would have told the labels, clique entries and Ready daemons")
+    for node in nodes:
+        if f"kubelet-plugin/{node}" not in names:
+            out.append(f"no kubelet-plugin/{node} source: it would have told that node's prepares")
+        daemon = f"daemon/{node}/{domain_uid}"
+        if domain_uid and not any(n.startswith(daemon) for n in names) and _has_daemons(rows):
+            out.append(f"no {daemon} source: it would have told IMEX's starts and restarts on {node}")
+    return out
+
+
+def _has_daemons(rows: list[tuple[object, ...]]) -> bool:
+    return any(str(r[1]) == "daemon" for r in rows)
