@@ -3,11 +3,12 @@
 Called by cdctl.daemon.supervisor and cdctl.daemon.readiness, built by cdctl.daemon.app. The gate closes when
 the daemon starts (a gate a killed predecessor left behind), whenever an IMEX starts or exits (`imex_changed`,
 which also moves the generation on, so that a READY answer about the IMEX before cannot open the gate for the
-one after), and when the readiness monitor sees IMEX not ready. It opens when the monitor sees READY for the
-current generation. Before a planned stop of IMEX (`drain`) it closes and then waits until every hold a
-plugin wrote before the close has expired or been released: those claims may have been handed a channel
-whose workload is still starting. Holds written after the close need no wait (their plugin sees the gate
-closed and hands nothing), so a drain ends even while claims keep retrying.
+one after), when a planned stop begins (`stopping`: blocked until the stopped IMEX is seen gone, since it
+answers READY until it exits), and when the readiness monitor sees IMEX not ready. It opens when the monitor
+sees READY for the current generation. Before a planned stop of IMEX (`drain`) it closes and then waits
+until every hold a plugin wrote before the close has expired or been released: those claims may have been
+handed a channel whose workload is still starting. Holds written after the close need no wait (their
+plugin sees the gate closed and hands nothing), so a drain ends even while claims keep retrying.
 """
 
 from __future__ import annotations
@@ -39,8 +40,18 @@ class DaemonGate:
         self.keeper.close()
 
     def imex_changed(self) -> None:
+        """An IMEX started, or the one running was seen gone: READY from the next check opens the gate."""
         self.generation += 1
         self.blocked = False
+        self.keeper.close()
+        self.changed.set()
+
+    def stopping(self) -> None:
+        """IMEX is being stopped on purpose. It goes on answering READY until it has exited (a real one takes
+        its time over SIGTERM): no answer from now until its exit is seen or a new IMEX starts opens the
+        gate, or a Prepare would be handed the IMEX about to go."""
+        self.generation += 1
+        self.blocked = True
         self.keeper.close()
         self.changed.set()
 

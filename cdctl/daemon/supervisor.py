@@ -184,7 +184,8 @@ class ImexSupervisor:
         process = self.process
         if process is None or process.returncode is not None:
             return
-        self._imex_changed()
+        if self.gate is not None:
+            self.gate.stopping()  # not _imex_changed: the stopping IMEX answers READY until it exits
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
         returncode = await process.wait()

@@ -147,3 +147,50 @@ async def test_a_ready_answer_during_a_drain_does_not_open_the_gate_again(tmp_pa
     assert not gate.ready(gate.generation), "still closed until IMEX has changed"
     gate.imex_changed()  # reloaded (or restarted): READY from now on opens it
     assert gate.ready(gate.generation) and gate_state(tmp_path) is None
+
+
+async def test_an_imex_answering_ready_while_it_stops_does_not_open_the_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planned restart: the IMEX being stopped answers READY until it has exited (a real one takes its time
+    over SIGTERM; the fake one until it is scheduled). The monitor is woken as the stop begins and asks at
+    once: that answer must not open the gate, or a waiting Prepare is handed the IMEX that is going and its
+    workload starts while the next one is not ready (seen on the real tier)."""
+    from cdctl.daemon import readiness
+
+    lingering = ["sh", "-c", "trap 'sleep 1; exit 0' TERM; while :; do sleep 0.05; done"]
+    gate = DaemonGate(tmp_path)
+    recorder = Recorder()
+    supervisor = ImexSupervisor(lingering, "n1", recorder, backoff_s=0.05, gate=gate)
+    stop_began_at: list[int] = []  # the gate's generation when the stop began
+    asked_while_stopping: list[int] = []
+
+    async def imex_answers(settings: CheckSettings) -> str:
+        process = supervisor.process
+        if process is None or process.returncode is not None:
+            raise NotReady("UNAVAILABLE")
+        if supervisor.starts == 1 and stop_began_at and gate.generation > stop_began_at[0]:
+            asked_while_stopping.append(gate.generation)
+        return "READY"  # whichever IMEX runs answers READY, the stopping one too until it exits
+
+    monkeypatch.setattr(readiness, "check_async", imex_answers)
+    monitor = ReadinessMonitor(CheckSettings("clique", tmp_path), "n1", _Journal(recorder), 5.0, gate)  # type: ignore[arg-type]
+    await supervisor.ensure_started("first start")
+    monitoring = asyncio.create_task(monitor.run())
+    try:
+        await eventually(lambda: gate_state(tmp_path) is None)
+        stop_began_at.append(gate.generation)
+        restarting = asyncio.create_task(supervisor.restart("peers changed (IP mode)"))
+        open_while_the_old_one_stopped = 0
+        while supervisor.starts == 1:  # from the drain's start until the new IMEX is spawned
+            stopping = gate.blocked or gate.generation > stop_began_at[0]
+            open_while_the_old_one_stopped += stopping and gate_state(tmp_path) is None
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(restarting, 10)
+        assert asked_while_stopping, "the monitor asked the stopping IMEX, and it said READY (the race)"
+        assert open_while_the_old_one_stopped == 0, "the gate stays closed from the stop until the new IMEX"
+        await eventually(lambda: gate_state(tmp_path) is None)  # the new IMEX's READY opens it
+    finally:
+        monitoring.cancel()
+        await asyncio.wait([monitoring])
+        await supervisor.stop()
