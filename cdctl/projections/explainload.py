@@ -12,7 +12,7 @@ told). Bad input is InvalidInput naming SUBJECT. Used by cdctl.cli.explain and c
 from __future__ import annotations
 
 from cdctl.domain.errors import InvalidInput
-from cdctl.projections.causes import History
+from cdctl.projections.causes import History, clock
 from cdctl.projections.explain import Explanation, explain_claim, explain_domain, explain_node
 from cdctl.projections.formation import MILESTONES, formation_view
 from cdctl.projections.timeline import EventSource, parse_subject, resolve_uid, timeline
@@ -76,7 +76,15 @@ async def _claim(events: EventSource, subject: str, uid: str) -> Explanation:
     own = await events.lines("stream = ?", [f"claim/{uid}"])
     started = [ln for ln in own if ln.event.type == "ClaimPrepareStarted"]
     if not started:
-        raise InvalidInput(COMMAND, "SUBJECT", f"no Prepare of claim {uid} in {events.where}")
+        horizons = await _horizons(events)
+        if not (own and horizons):
+            raise InvalidInput(COMMAND, "SUBJECT", f"no Prepare of claim {uid} in {events.where}")
+        out = Explanation(subject, "resourceclaim")
+        out.fact(f"claim {uid}: its Prepare lies before the compaction horizon; what this file still holds:")
+        for line in own:
+            out.fact(f"  {line.event.type} at {clock(line.event.recorded_at)}", line)
+        out.notes += horizons
+        return out
     domain = str(started[0].event.data.get("domain_uid") or "")
     lines = await events.lines(*events.naming(domain)) if domain else own
     out = explain_claim(lines or own, uid, subject, History(lines or own))

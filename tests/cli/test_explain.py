@@ -75,3 +75,17 @@ def test_a_bad_subject_is_one_line_naming_it_and_exits_2(log: Path, subject: str
     code, out, err = invoke("explain", "--db", str(log), subject)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "SUBJECT" in err and said in err
+
+
+def test_a_compacted_log_says_what_lies_before_its_horizon(tmp_path: Path) -> None:
+    from tests.collect.test_horizon import node_log
+
+    path = tmp_path / "events.db"
+    horizon = run(node_log(path))  # c0..c11 compacted through position 22; c3 unprepared and c20 after it
+    code, out, _ = invoke("explain", "--db", str(path), "claim/c20")
+    assert code == 0, out
+    assert f"note: this log was compacted: what happened before position {horizon + 1} (" in out
+    # c3's Prepare was compacted away: explained as far as the log goes, not refused
+    code, out, _ = invoke("explain", "--db", str(path), "claim/c3")
+    assert code == 0, out
+    assert "its Prepare lies before the compaction horizon" in out and "ClaimUnprepared at" in out
