@@ -3,7 +3,8 @@
 Reads any event log or collected file (`--db`, as the history commands), resolves SUBJECT as `cdctl
 history` does (computedomain/NAMESPACE/NAME, resourceclaim/NAMESPACE/NAME, domain/<uid>, claim/<uid>, a
 bare uid; cdctl.projections.formationload), prints the summary and writes `-o FILE`: .html (a self-contained
-page), .svg or .png (cdctl.projections.formationpage). Exit codes as the history commands': 2 bad input
+page), .svg or .png (cdctl.projections.formationpage), with what `cdctl explain` says of SUBJECT on top and
+its critical path marked. Exit codes as the history commands': 2 bad input
 (naming SUBJECT or -o), 3 a file that is not an event log, 75 a locked one. Thin: flags -> projections.
 """
 
@@ -14,6 +15,8 @@ from pathlib import Path
 import click
 
 from cdctl.cli.errors import guarded, run
+from cdctl.projections.explain import Explanation
+from cdctl.projections.explainload import load_explanations
 from cdctl.projections.formation import FormationView
 from cdctl.projections.formationload import load_view
 from cdctl.projections.formationpage import FORMATS, check_output, write
@@ -22,11 +25,15 @@ from cdctl.store.collected import CollectedFile, kind_of
 from cdctl.store.sqlite import SqliteEventStore
 
 
-async def _from_log(db: Path, subject: str) -> FormationView:
+async def _read(events: EventSource, subject: str) -> tuple[FormationView, Explanation]:
+    """The view to draw and what `cdctl explain` says of the subject (shown on top, its path marked)."""
+    view = await load_view(events, subject)
+    return view, (await load_explanations(events, subject))[0]
+
+
+async def _from_log(db: Path, subject: str) -> tuple[FormationView, Explanation]:
     async with await SqliteEventStore.open(db, read_only=True) as store:
-        return await load_view(
-            EventSource(lambda sql, params: store.query(sql, params), False, str(db)), subject
-        )
+        return await _read(EventSource(lambda sql, params: store.query(sql, params), False, str(db)), subject)
 
 
 @click.command("timeline")
@@ -54,10 +61,10 @@ def timeline(db: Path, subject: str, output: Path) -> None:
         from cdctl.cli.collected import event_source
 
         with CollectedFile.open(db, read_only=True) as file:
-            view = run(load_view(event_source(file), subject))
+            view, explanation = run(_read(event_source(file), subject))
     else:
-        view = run(_from_log(db, subject))
-    write(view, output)
+        view, explanation = run(_from_log(db, subject))
+    write(view, output, explanation)
     for line in view.summary_lines():
         click.echo(line)
     click.echo(f"wrote {output}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdctl.domain.errors import InvalidInput
+from cdctl.projections.explain import Explanation
 from cdctl.projections.formation import DOMAIN_ROW, MILESTONES, FormationView, Mark
 
 WIDTH = 1200
@@ -105,8 +106,12 @@ def _style(mark: Mark) -> tuple[str, str, str]:
     return shape, fill, stroke
 
 
-def layout(view: FormationView, *, header: bool) -> Drawing:
-    lines = [part for line in view.summary_lines() for part in textwrap.wrap(line, 150)] if header else []
+def layout(view: FormationView, *, header: bool, explanation: Explanation | None = None) -> Drawing:
+    """The picture of `view`; with an `explanation` (cdctl explain), its critical path is marked on the
+    slowest node's row (a line through its steps, a band on the longest wait), and the cause is in the
+    header."""
+    said = view.summary_lines() + (_cause_lines(explanation) if explanation else [])
+    lines = [part for line in said for part in textwrap.wrap(line, 150)] if header else []
     top = 16 + LINE_H * len(lines) + 40
     rows = [view.domain, *view.nodes]
     start, end = view.start_s, max(view.end_s, view.formation_s or 0.0, 0.001)
@@ -161,6 +166,16 @@ def layout(view: FormationView, *, header: bool) -> Drawing:
                 bold=row.name == view.slowest,
             )
         )
+        if explanation is not None and row.name == explanation.path_node:
+            for leg in explanation.path:
+                longest = leg is explanation.longest
+                x1, x2 = x_of(leg.start_s), x_of(leg.end_s)
+                on_path = (("node", row.name), ("step", leg.key))
+                if longest:
+                    add(Shape("rect", x1, y + ROW_H / 2 - 4, max(x2 - x1, 1.0), 8, fill=SLOW,
+                              css="critical-path longest", data=on_path))  # fmt: skip
+                add(Shape("line", x1, y + ROW_H / 2, x2, y + ROW_H / 2, stroke=SLOW, css="critical-path",
+                          data=on_path))  # fmt: skip
         for mark in row.marks:
             shape, fill, stroke = _style(mark)
             detail = f" ({mark.detail})" if mark.detail else ""
@@ -200,6 +215,18 @@ def layout(view: FormationView, *, header: bool) -> Drawing:
         )
     )
     return drawing
+
+
+def _cause_lines(explanation: Explanation) -> list[str]:
+    """The explanation's cause chain, for a picture's header (the page shows the whole explanation)."""
+    if explanation.longest is None or not explanation.chain:
+        return []
+    longest = explanation.longest
+    head = f"why {longest.label} waited {longest.wait_s:.2f} s (the critical path's band):"
+    return [
+        head,
+        *(("<- " if depth else "   ") + cause.text for depth, cause in enumerate(explanation.chain)),
+    ]
 
 
 # ---- SVG ---------------------------------------------------------------------------------------------------
@@ -248,7 +275,7 @@ def to_svg(drawing: Drawing, *, standalone: bool = False) -> str:
             dash = ' stroke-dasharray="5,4"' if shape.dash else ""
             out.append(
                 f'<line x1="{shape.x:.1f}" y1="{shape.y:.1f}" x2="{shape.w:.1f}" y2="{shape.h:.1f}"'
-                f' stroke="{shape.stroke}"{dash}/>'
+                f' stroke="{shape.stroke}"{dash}{_attrs(shape, False)}/>'
             )
         elif shape.kind == "text":
             weight = ' font-weight="bold"' if shape.bold else ""

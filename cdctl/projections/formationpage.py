@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 
 from cdctl.domain.errors import InvalidInput, PermanentError
+from cdctl.projections.explain import Explanation
 from cdctl.projections.formation import FormationView
 from cdctl.projections.formationdraw import layout, to_png, to_svg
 
@@ -25,6 +26,9 @@ body { font-family: "DejaVu Sans", Arial, sans-serif; margin: 16px; color: #222;
 header h1 { font-size: 18px; margin: 0 0 6px; }
 header p { margin: 2px 0; font-size: 14px; }
 header .slow { color: #d62728; }
+#explanation h2 { font-size: 15px; margin: 10px 0 4px; }
+#explanation pre { font-size: 12px; background: #fafafa; border-left: 3px solid #d62728; padding: 6px 8px;
+                   white-space: pre-wrap; }
 #controls { margin: 10px 0; font-size: 13px; }
 #tip { position: absolute; max-width: 640px; background: #fffbe6; border: 1px solid #c9b458; padding: 6px 8px;
        font: 12px/1.35 monospace; white-space: pre-wrap; word-break: break-all; pointer-events: none;
@@ -68,9 +72,9 @@ _SCRIPT = """
 """
 
 
-def page(view: FormationView) -> str:
-    """The self-contained HTML page."""
-    drawing = layout(view, header=False)
+def page(view: FormationView, explanation: Explanation | None = None) -> str:
+    """The self-contained HTML page; `explanation` (cdctl explain) on top, its critical path marked."""
+    drawing = layout(view, header=False, explanation=explanation)
     summary = view.summary_lines()
     lines = "\n".join(
         f'<p class="slow">{escape(line)}</p>'
@@ -93,6 +97,7 @@ def page(view: FormationView) -> str:
 <h1>{escape(summary[0])}</h1>
 {lines}
 </header>
+{_explained(explanation)}
 <div id="controls">
 <label>nodes matching <input id="filter" type="search" placeholder="gb200-r00"></label>
 <span id="status">(the script did not run: hover and filter need JavaScript)</span>
@@ -104,6 +109,13 @@ def page(view: FormationView) -> str:
 </body>
 </html>
 """
+
+
+def _explained(explanation: Explanation | None) -> str:
+    if explanation is None:
+        return ""
+    text = "\n".join(explanation.text())
+    return f'<section id="explanation"><h2>cdctl explain</h2><pre>{escape(text)}</pre></section>'
 
 
 def check_output(path: Path) -> str:
@@ -118,15 +130,17 @@ def check_output(path: Path) -> str:
     return suffix
 
 
-def write(view: FormationView, path: Path) -> None:
-    """Write the view as .html, .svg or .png, by `path`'s suffix."""
+def write(view: FormationView, path: Path, explanation: Explanation | None = None) -> None:
+    """Write the view as .html, .svg or .png, by `path`'s suffix (with `explanation` on top)."""
     suffix = check_output(path)
     try:
         if suffix == ".png":
-            to_png(layout(view, header=True), path)
+            to_png(layout(view, header=True, explanation=explanation), path)
         elif suffix == ".svg":
-            path.write_text(to_svg(layout(view, header=True), standalone=True) + "\n")
+            path.write_text(
+                to_svg(layout(view, header=True, explanation=explanation), standalone=True) + "\n"
+            )
         else:
-            path.write_text(page(view))
+            path.write_text(page(view, explanation))
     except OSError as exc:
         raise PermanentError(f"{path}: cannot write: {exc.strerror or exc}") from None

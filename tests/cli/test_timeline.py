@@ -216,3 +216,19 @@ def test_names_and_data_from_a_log_cannot_inject_markup_into_the_page(tmp_path: 
     parsed.feed(text)
     assert parsed.rows == [evil]  # the name, as text
     assert text.count("<script") == 2 and "<img" not in text and "alert(3)</script>" not in text
+
+
+def test_the_page_shows_the_explanation_on_top_and_marks_the_critical_path(log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "formation.html"
+    code, stdout, _ = invoke("timeline", "--db", str(log), DOMAIN, "-o", str(out))
+    assert code == 0, stdout
+    html = out.read_text()
+    slowest = re.search(r"slowest node: (gb200-r01-n0\d)", stdout)
+    assert slowest is not None
+    explained = html.index('<section id="explanation">')
+    assert html.index("</header>") < explained < html.index("<svg"), "the explanation is on top"
+    assert f"critical path ({slowest.group(1)}):" in html[explained:]
+    bands = re.findall(r'class="critical-path longest" data-node="([^"]+)" data-step="([a-z-]+)"', html)
+    legs = re.findall(r'class="critical-path" data-node="([^"]+)"', html)
+    assert len(bands) == 1 and bands[0][0] == slowest.group(1), "one band: the slowest node's longest wait"
+    assert legs and set(legs) == {slowest.group(1)}, "the path is drawn on its row alone"

@@ -61,11 +61,13 @@ async def draw_timelines(rack: Rack, domains: Sequence[tuple[str, str]]) -> Time
         events = EventSource(query, collected=True, where=str(target))
         for namespace, name in domains:
             path = page_path(rack, name)
+            subject = f"computedomain/{namespace}/{name}"
             try:
-                write(await load_view(events, f"computedomain/{namespace}/{name}"), path)
+                explained = await load_explanations(events, subject)
+                write(await load_view(events, subject), path, explained[0])
             except (CdctlError, sqlite3.Error) as error:
                 out.problems.append(f"timeline of {namespace}/{name}: {getattr(error, 'message', error)}")
                 continue
             out.pages.append(path)
-            out.explanations += await load_explanations(events, f"computedomain/{namespace}/{name}")
+            out.explanations += explained
     return out
