@@ -179,6 +179,15 @@ def cluster(
     type=click.IntRange(2, 2048),
     help="Channels per IMEX domain (--isolation channel; channel 0 is never handed out) [default: 2048].",
 )
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    metavar="KIND:NODE[:SECONDS]",
+    help="Inject a fault while the domain forms, for cdctl explain to find (repeatable): slow-node (its "
+    "kubelet stops SECONDS, default 3), imex-crash (its IMEX is killed once it runs), power-loss (off once "
+    "its daemon runs, on SECONDS later, default 2). Exhausted channels: --imex-channel-count.",
+)
 def rack(
     nodes: int,
     racks: int,
@@ -190,12 +199,13 @@ def rack(
     domains: int,
     pods_per_domain: int | None,
     imex_channel_count: int | None,
+    faults: tuple[str, ...],
 ) -> None:
     """A GB200 NVL72 rack end to end: real controller, plugins and daemons; a job forms and is torn down."""
     from cdctl.sim.rack.rackcommand import RackOptions, run_rack_command
 
     directory = keep.resolve() if keep else Path(tempfile.mkdtemp(prefix="cdctl-rack-", dir="/tmp"))
-    options = RackOptions(isolation, domains, pods_per_domain, imex_channel_count)
+    options = RackOptions(isolation, domains, pods_per_domain, imex_channel_count, faults)
     raise SystemExit(run_rack_command(directory, nodes, racks, mode, rack_domains, options, hold_s))
 
 

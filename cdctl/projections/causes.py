@@ -119,6 +119,11 @@ def _seconds(value: Any) -> str:
     return f"{float(value or 0):.1f}"
 
 
+def exit_text(data: dict[str, Any]) -> str:
+    """How an ImexExited says the process ended: killed by a signal, or its exit code."""
+    return f"killed by {data['signal']}" if data.get("signal") else f"exit code {data.get('exit_code')}"
+
+
 def clock(at: datetime) -> str:
     return at.strftime("%H:%M:%S.") + f"{at.microsecond // 100_000}"
 
@@ -181,10 +186,30 @@ def trace(history: History, node: str, key: str, start: datetime, end: datetime)
         chain += _prepare_wait(history, node, "channel" if key == "worker" else "daemon", start, end)
     elif key == "ready":
         chain += _imex_wait(history, node, start, end)
-    elif key in ("labelled", "listed"):
+    elif key == "labelled":  # the plugin labels the node at its first worker Prepare
+        chain += _asked_late(history, node, "channel", start, end) + _controller_wait(history, start, end)
+    elif key == "listed":
         chain += _controller_wait(history, start, end)
     chain += _node_wide(history, node, start, end, {c.code for c in chain})
     return chain
+
+
+def _asked_late(history: History, node: str, kind: str, start: datetime, end: datetime) -> list[Cause]:
+    """`prepare-late` when the kubelet first asked for the claim's Prepare late in the step."""
+    asked = [
+        ln
+        for ln in history.on(node, ("ClaimPrepareStarted",), start, end)
+        if ln.event.data.get("kind", "channel") == kind
+    ]
+    if not asked or (asked[0].event.recorded_at - start).total_seconds() <= LATE_S:
+        return []
+    first = asked[0]
+    waited = (first.event.recorded_at - start).total_seconds()
+    said = (
+        f"the kubelet asked for the {kind} claim's Prepare only at {clock(first.event.recorded_at)},"
+        f" {waited:.2f} s into the step (its kubelet down or slow, or the pod scheduled late)"
+    )
+    return [_cause("prepare-late", said, first)]
 
 
 def _prepare_wait(history: History, node: str, kind: str, start: datetime, end: datetime) -> list[Cause]:
@@ -196,23 +221,7 @@ def _prepare_wait(history: History, node: str, kind: str, start: datetime, end: 
     ]
     failures = history.claim_failures(node, kind, min([start, *first_asked[:1]]), end)
     if not failures:
-        asked = [
-            ln
-            for ln in history.on(node, ("ClaimPrepareStarted",), start, end)
-            if ln.event.data.get("kind", "channel") == kind
-        ]
-        if asked and (asked[0].event.recorded_at - start).total_seconds() > 0.5:
-            first = asked[0]
-            waited = (first.event.recorded_at - start).total_seconds()
-            return [
-                _cause(
-                    "prepare-late",
-                    f"the kubelet asked for the {kind} claim's Prepare only at "
-                    f"{clock(first.event.recorded_at)}, {waited:.2f} s into the step",
-                    first,
-                )
-            ]
-        return []
+        return _asked_late(history, node, kind, start, end)
     last = failures[-1]
     if last.event.type == "ClaimPrepareFenced":
         reason = str(last.event.data.get("reason", ""))
@@ -286,8 +295,8 @@ def _imex_wait(history: History, node: str, start: datetime, end: datetime) -> l
         chain.append(
             _cause(
                 "imex-crashed",
-                f"IMEX exited at {clock(crashes[-1].event.recorded_at)} (code "
-                f"{data.get('exit_code')}, signal {data.get('signal')}): {data.get('reason')}",
+                f"IMEX exited at {clock(crashes[-1].event.recorded_at)} ({exit_text(data)}):"
+                f" {data.get('reason')}",
                 crashes[-1],
             )
         )
@@ -380,4 +389,5 @@ def _node_wide(history: History, node: str, start: datetime, end: datetime, said
 # How far before a step's start a cause may lie (a refusal recorded just before the step's own mark), and
 # how long after its end an answer may be recorded (IMEX's READY lands after the Pod turned Ready).
 _LOOKBACK = timedelta(seconds=30)
+LATE_S = 0.5  # a first Prepare asked later than this into its step is late
 _SETTLE = timedelta(seconds=1)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cdctl.projections.causes import CAUSES, Cause, History, classify, clock, trace
+from cdctl.projections.causes import CAUSES, Cause, History, classify, clock, exit_text, trace
 from cdctl.projections.evidence import Evidence
 from cdctl.projections.formation import LABELS, MILESTONES, FormationView, node_of
 from cdctl.projections.timeline import Line
@@ -283,8 +283,7 @@ def explain_node(lines: Sequence[Line], node: str, subject: str) -> Explanation:
         elif kind == "ClaimPrepareFenced":
             said = f"a stale Prepare was fenced: {data.get('reason')}"
         elif kind == "ImexExited" and not data.get("expected"):
-            code, signal = data.get("exit_code"), data.get("signal")
-            said = f"IMEX exited (code {code}, signal {signal}): {data.get('reason')}"
+            said = f"IMEX exited ({exit_text(data)}): {data.get('reason')}"
         elif kind == "ImexDaemonStopped" and data.get("error"):
             said = f"an IMEX daemon stopped on an error: {data.get('reason')}"
         elif kind == "PluginStarted" and line is not _first(mine, "PluginStarted"):

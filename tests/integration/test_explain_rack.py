@@ -48,3 +48,42 @@ async def test_the_rack_summary_ends_with_the_explanation_and_a_missing_source_i
     code, said = await _run("explain", "--db", str(partial), DOMAIN)
     assert code == 0, said
     assert f"note: no kubelet-plugin/{slowest} source: it would have told that node's prepares" in said
+
+
+async def test_faults_injected_while_the_domain_forms_are_what_explain_finds(
+    work_dir: Path,  # noqa: F811
+) -> None:
+    """slow-node: its kubelet stops, its first Prepare comes late and it is the slowest; imex-crash: the
+    node's IMEX killed, and restarted; power-loss: the node's plugin starts again. The rack still forms."""
+    code, output = await _run(
+        "sim", "rack", "--nodes", "4", "--keep", str(work_dir),
+        "--fault", "slow-node:gb200-r00-n03:5", "--fault", "imex-crash:gb200-r00-n01",
+        "--fault", "power-loss:gb200-r00-n02",
+    )  # fmt: skip
+    assert code == 0, output
+    text = " ".join(output.split())
+    assert "injecting while the domain forms: slow-node:gb200-r00-n03:5, imex-crash:gb200-r00-n01," in text
+    collected = str(work_dir / "collected.db")
+    code, said = await _run("explain", "--db", collected, DOMAIN)
+    assert code == 0, said
+    assert "critical path (gb200-r00-n03):" in said
+    assert "the kubelet asked for the channel claim's Prepare only at" in said
+    code, said = await _run("explain", "--db", collected, "node/gb200-r00-n01")
+    assert "IMEX exited (killed by SIGKILL)" in said, said
+    code, said = await _run("explain", "--db", collected, "node/gb200-r00-n02")
+    assert "the kubelet plugin started again (a reboot or a crash)" in said, said
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ("melt:gb200-r00-n00", "is not KIND:NODE[:SECONDS] (KIND: slow-node, imex-crash, power-loss)"),
+        ("slow-node:gb200-r09-n00", "no GPU node 'gb200-r09-n00' in this rack"),
+        ("slow-node:gb200-r00-n00:soon", "SECONDS 'soon' is not a number"),
+        ("power-loss:gb200-r00-n00:0", "SECONDS must be above 0 and at most 300"),
+    ],
+)
+async def test_a_bad_fault_is_refused_naming_the_flag(work_dir: Path, fault: str, said: str) -> None:  # noqa: F811
+    code, output = await _run("sim", "rack", "--nodes", "2", "--keep", str(work_dir), "--fault", fault)
+    assert code == 2
+    assert "--fault" in output and said in " ".join(output.split())

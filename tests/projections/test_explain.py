@@ -296,5 +296,5 @@ def test_a_node_lists_what_it_served_and_what_went_wrong_there() -> None:
     out = explain_node(story.lines, "n1", "node/n1")
     text = "\n".join(out.text())
     assert "node n1: 1 ComputeDomain, 2 claims" in text
-    assert "IMEX exited (code 137, signal SIGKILL)" in text
+    assert "IMEX exited (killed by SIGKILL): x" in text
     assert "claim team/job-n1-ch-x (channel): prepared at" in text

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import shlex
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +27,11 @@ from rich.console import Console
 
 from cdctl.api.isolation import ImexIsolation
 from cdctl.asynctasks import wait_at_most
+from cdctl.domain.errors import InvalidInput
 from cdctl.domain.racks import rack_domain_name
 from cdctl.invocation import cdctl_command
 from cdctl.sim.node.topology import GPUS_PER_NODE, build_topology
+from cdctl.sim.rack.formationfaults import FormationFault, during_formation, parse_fault
 from cdctl.sim.rack.launch import Rack, RackStartError
 from cdctl.sim.rack.liveview import LiveView, summary
 from cdctl.sim.rack.scenario import DomainPlan, ScenarioReport, run_scenario
@@ -89,7 +91,11 @@ def holding(console: Console, plans: list[DomainPlan], hold_s: float) -> Callabl
 
 
 async def _run(
-    console: Console, settings: RackSettings, plans: list[DomainPlan], hold_s: float = 0.0
+    console: Console,
+    settings: RackSettings,
+    plans: list[DomainPlan],
+    hold_s: float = 0.0,
+    faults: Sequence[FormationFault] = (),
 ) -> tuple[Rack, ScenarioReport | None, str]:
     rack = Rack(settings)
     nodes = len(rack.topology.nodes)
@@ -104,11 +110,15 @@ async def _run(
             console.print(
                 f"rack up in {rack.timings.cluster_s + rack.timings.components_s:.1f} s; running the scenario"
             )
+            injected = during_formation(faults) if faults else None
+            if faults:
+                console.print(f"injecting while the domain forms: {', '.join(str(f) for f in faults)}")
             if hold_s > 0:  # the live view would redraw over the printed commands
-                report = await run_scenario(rack, plans, while_formed=holding(console, plans, hold_s))
+                held = holding(console, plans, hold_s)
+                report = await run_scenario(rack, plans, while_formed=held, during_formation=injected)
             else:
                 with LiveView(console) as view:
-                    report = await run_scenario(rack, plans, observe=view)
+                    report = await run_scenario(rack, plans, observe=view, during_formation=injected)
             console.print("collecting the rack's event logs to draw the formation timeline")
             report.timelines = await draw_timelines(rack, [(p.namespace, p.name) for p in plans])
     except RackStartError as error:
@@ -131,6 +141,7 @@ class RackOptions:
     domains: int = 1
     pods_per_domain: int | None = None  # per rack; None: the rack's GPUs split evenly
     imex_channel_count: int | None = None
+    faults: tuple[str, ...] = ()  # --fault KIND:NODE[:SECONDS] (cdctl.sim.rack.formationfaults)
 
     def problem(self, nodes: int, rack_domains: bool) -> str | None:
         """Why these options cannot run, naming the flag; None when they can."""
@@ -201,6 +212,11 @@ def run_rack_command(
     console = Console()
     options = options or RackOptions()
     problem = work_dir_problem(directory) or options.problem(nodes, rack_domains)
+    names = list(build_topology(racks=racks, nodes_per_rack=nodes).nodes)
+    try:
+        faults = [parse_fault(text, names) for text in options.faults]
+    except InvalidInput as error:
+        problem = problem or error.message
     if problem:
         console.print(f"cdctl sim rack: {problem}", style="red")
         return 2
@@ -220,7 +236,7 @@ def run_rack_command(
         plans = rack_domain_plans(nodes, racks)
     else:
         plans = [DomainPlan(DOMAIN_NAME, DOMAIN_NAMESPACE, workers=nodes, jobs=racks)]
-    rack, report, failure = asyncio.run(_run(console, settings, plans, hold_s))
+    rack, report, failure = asyncio.run(_run(console, settings, plans, hold_s, faults))
     if report is None:
         console.print(f"cdctl sim rack: the rack did not start: {failure}", style="red")
         console.print(f"process logs: {rack.logs_dir}")

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from cdctl.asynctasks import wait_at_most
 from cdctl.domain.racks import channel_template_name as rack_template_name
 from cdctl.sim.apiserver.errors import AlreadyExists, NotFound
 from cdctl.sim.apiserver.watch import StoredEvent
@@ -361,6 +362,20 @@ class _Runner:
         self.report.problems += leftovers(self.rack, namespaces, jobs)
 
 
+async def _forming_with(runner: _Runner, faults: Awaitable[None]) -> None:
+    """Form while the faults run; a fault that fails is a problem of the run, and one still running when the
+    domains have formed is waited for (a node that loses power comes back before the teardown)."""
+    injecting = asyncio.ensure_future(faults)
+    try:
+        await runner.form()
+    finally:
+        try:
+            await wait_at_most(asyncio.shield(injecting), runner.timeout_s)
+        except Exception as error:  # the fault's own failure: said, not raised over the scenario's
+            injecting.cancel()
+            runner.report.problems.append(f"injecting the faults failed: {type(error).__name__}: {error}")
+
+
 async def run_scenario(
     rack: Rack,
     plans: list[DomainPlan],
@@ -368,11 +383,16 @@ async def run_scenario(
     observe: Callable[[Progress], None] | None = None,
     timeout_s: float = 180.0,
     while_formed: Callable[[Rack], Awaitable[None]] | None = None,
+    during_formation: Callable[[Rack], Awaitable[None]] | None = None,
 ) -> ScenarioReport:
-    """Form the plans' domains, run `while_formed` (a fault to inject, say) if given, tear them down."""
+    """Form the plans' domains (running `during_formation` beside, faults to inject while they form), run
+    `while_formed` (a fault to inject once formed, say) if given, tear them down."""
     runner = _Runner(rack, plans, observe, timeout_s)
     try:
-        await runner.form()
+        if during_formation is not None:
+            await _forming_with(runner, during_formation(rack))
+        else:
+            await runner.form()
         if rack.settings.channel_isolation and rack.settings.runs_workers:
             await runner.prove_isolation()
         if while_formed is not None:
