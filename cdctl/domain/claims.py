@@ -217,6 +217,19 @@ class PluginStarted(DomainEvent):
     clique_id: str = ""
 
 
+@event_type("FabricStateChanged")
+@dataclass(frozen=True, slots=True)
+class FabricStateChanged(DomainEvent):
+    """The node's NVLink fabric as the plugin's NVML probe found it: not ready (`pending`: what it waits
+    for) at start-up or when that changes, or ready in clique `clique_id`. A Prepare refused for it names
+    the fabric; this says when it began and ended (cdctl explain: fabric-degraded)."""
+
+    node: str
+    ready: bool
+    pending: str = ""
+    clique_id: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimRecord:
     """What the node knows about one claim: the fold of its stream (the plugin's checkpoint entry)."""

@@ -41,6 +41,7 @@ import structlog
 from cdctl.api import gates as fg
 from cdctl.api.isolation import ImexIsolation
 from cdctl.api.shareddaemon import SHARED_DIR
+from cdctl.domain import claims as c
 from cdctl.domain.errors import CdctlError, PermanentError, RetriableError
 from cdctl.domain.events import Actor
 from cdctl.k8s import nodes, plugincluster
@@ -221,6 +222,8 @@ class PluginProcess:
         await self.runner.start()
         book = await ClaimBook.load(self.store, cfg.node_name, Actor("kubelet-plugin", node=cfg.node_name))
         invalidated = await book.observe_boot(read_boot_id(cfg.boot_id_path), self.fabric.clique_id)
+        if self.fabric.pending:  # when the fabric's wait began, for `cdctl explain` (fabric-degraded)
+            await book.record_node(c.FabricStateChanged(cfg.node_name, False, self.fabric.pending))
         cdi.write_spec(cdi.base_spec_path(cfg.cdi_root), cdi.build_base_spec(base_edits(cfg)))
         self.api = await plugincluster.connect(cfg.kubeconfig, cfg.kube_api_qps, cfg.kube_api_burst)
         api = self.api
@@ -468,12 +471,18 @@ class PluginProcess:
                 await self.cliques.label_or_retry()
             message = f"NVLink fabric completed; clique {found.clique_id or '(none)'}; publishing channel-0"
             log.info(message)
+            await self._record_fabric(c.FabricStateChanged(self.cfg.node_name, True, "", found.clique_id))
             await self.cluster.node_event(self.cfg.node_name, "NVLinkFabricReady", message, warning=False)
             await self._write_shared_dir()
             self.republish.set()
         elif found.pending != self.fabric.pending:
             self.fabric.pending = found.pending
             log.warning("NVLink fabric still not ready", reason=found.pending)
+            await self._record_fabric(c.FabricStateChanged(self.cfg.node_name, False, found.pending))
+
+    async def _record_fabric(self, event: c.FabricStateChanged) -> None:
+        if self.state is not None:
+            await self.state.book.record_node(event)
 
     async def _project_loop(self) -> None:
         """Keep claim_lifecycle and the other read models of this log current, a batch at a time (the

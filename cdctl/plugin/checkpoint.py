@@ -242,6 +242,13 @@ class ClaimBook:
         self.compacted = True  # a claim named again asks the store for its stream's version
         return len(gone)
 
+    async def record_node(self, event: DomainEvent) -> None:
+        """Append an event about the node itself (its fabric, say) to the plugin's stream."""
+        recorded = await self.store.append(
+            c.plugin_stream(self.node), [NewEvent.of(event, actor=self.actor)], self._plugin_version
+        )
+        self._plugin_version = recorded[-1].version
+
     async def observe_boot(self, boot_id: str, clique_id: str = "") -> list[c.ClaimRecord]:
         """Record this start's boot id; if it differs from the last one, invalidate every active claim.
 

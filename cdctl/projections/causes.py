@@ -374,16 +374,44 @@ def _node_wide(history: History, node: str, start: datetime, end: datetime, said
             )
     restarts = history.on(node, ("PluginStarted",), start, end)
     if restarts and "node-lost" not in said:
-        at = restarts[-1].event.recorded_at
-        chain.append(
-            _cause(
-                "node-lost",
-                f"the kubelet plugin on {node} started again at {clock(at)} (the node"
-                " rebooted, or the plugin crashed)",
-                restarts[-1],
-            )
-        )
+        chain.append(plugin_restart(history, node, restarts[-1]))
+    if "fabric-degraded" not in said:
+        chain += _fabric(history, node, start, end)
     return chain
+
+
+def plugin_restart(history: History, node: str, line: Line) -> Cause:
+    """A start of the node's plugin after its first: a clique change it restarted for, else a lost node."""
+    before = [ln for ln in history.by_node.get(node, []) if ln.event.type == "PluginStarted"
+              and ln.event.recorded_at < line.event.recorded_at]  # fmt: skip
+    old = str(before[-1].event.data.get("clique_id", "")) if before else None
+    new = str(line.event.data.get("clique_id", ""))
+    at = clock(line.event.recorded_at)
+    if old is not None and old != new:
+        said = (f"the NVLink clique of {node} changed from {old or '(none)'} to {new or '(none)'}: its plugin"
+                f" restarted at {at} to follow it")  # fmt: skip
+        return _cause("clique-mismatch", said, line)
+    return _cause("node-lost", f"the kubelet plugin on {node} started again at {at} (the node rebooted, or"
+                  " the plugin crashed)", line)  # fmt: skip
+
+
+def _fabric(history: History, node: str, start: datetime, end: datetime) -> list[Cause]:
+    """The node's NVLink fabric not ready during the step (the plugin's FabricStateChanged)."""
+    states = [ln for ln in history.by_node.get(node, []) if ln.event.type == "FabricStateChanged"
+              and ln.event.recorded_at <= end]  # fmt: skip
+    down = [ln for ln in states if not ln.event.data.get("ready")]
+    if not down:
+        return []
+    began = down[0]
+    ready = [
+        ln for ln in states if ln.event.data.get("ready") and ln.event.recorded_at > began.event.recorded_at
+    ]
+    if ready and ready[0].event.recorded_at < start:
+        return []  # it was ready again before this step began
+    until = f"until {clock(ready[0].event.recorded_at)}" if ready else f"still at {clock(end)}"
+    said = (f"the NVLink fabric on {node} was not ready from {clock(began.event.recorded_at)} {until}:"
+            f" {down[-1].event.data.get('pending')}")  # fmt: skip
+    return [_cause("fabric-degraded", said, ready[0] if ready else down[-1])]
 
 
 # How far before a step's start a cause may lie (a refusal recorded just before the step's own mark), and

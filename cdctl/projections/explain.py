@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cdctl.projections.causes import CAUSES, Cause, History, classify, clock, exit_text, trace
+from cdctl.projections.causes import CAUSES, Cause, History, classify, clock, exit_text, plugin_restart, trace
 from cdctl.projections.evidence import Evidence
 from cdctl.projections.formation import LABELS, MILESTONES, FormationView, node_of
 from cdctl.projections.timeline import Line
@@ -245,6 +245,7 @@ def explain_node(lines: Sequence[Line], node: str, subject: str) -> Explanation:
     """What `node` served and what went wrong there."""
     out = Explanation(subject, "node")
     mine = [ln for ln in lines if node_of(ln) == node]
+    history = History(mine)
     domains: dict[str, list[Line]] = {}
     claims: dict[str, list[Line]] = {}
     for line in mine:
@@ -287,7 +288,14 @@ def explain_node(lines: Sequence[Line], node: str, subject: str) -> Explanation:
         elif kind == "ImexDaemonStopped" and data.get("error"):
             said = f"an IMEX daemon stopped on an error: {data.get('reason')}"
         elif kind == "PluginStarted" and line is not _first(mine, "PluginStarted"):
-            said = "the kubelet plugin started again (a reboot or a crash)"
+            cause = plugin_restart(history, node, line)
+            said = (
+                cause.text
+                if cause.code == "clique-mismatch"
+                else "the kubelet plugin started again (a reboot or a crash)"
+            )
+        elif kind == "FabricStateChanged" and not data.get("ready"):
+            said = f"the NVLink fabric was not ready: {data.get('pending')}"
         if said:
             problems += 1
             out.fact(f"problem at {clock(line.event.recorded_at)}: {said}", line)

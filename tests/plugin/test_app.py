@@ -98,6 +98,17 @@ async def test_late_fabric_and_lost_slice(env: tuple[ApiServer, KubeApi, Path]) 
         stop.set()
         await task
     assert not process.servers.paths.registration.exists()  # deregistered on stop
+    # The log says when the fabric's wait began and ended (cdctl explain: fabric-degraded).
+    store = await SqliteEventStore.open(process.cfg.db_path, read_only=True)
+    try:
+        rows = await store.query(
+            "SELECT json_extract(data, '$.ready'), json_extract(data, '$.pending') <> '',"
+            " json_extract(data, '$.clique_id') FROM events WHERE type = 'FabricStateChanged'"
+            " ORDER BY position"
+        )
+    finally:
+        await store.close()
+    assert [tuple(r) for r in rows] == [(0, 1, ""), (1, 0, f"{U}.7")]
 
 
 async def seed_claim(api: KubeApi, clique: str) -> tuple[str, str]:

@@ -298,3 +298,34 @@ def test_a_node_lists_what_it_served_and_what_went_wrong_there() -> None:
     assert "node n1: 1 ComputeDomain, 2 claims" in text
     assert "IMEX exited (killed by SIGKILL): x" in text
     assert "claim team/job-n1-ch-x (channel): prepared at" in text
+
+
+def test_a_fabric_not_ready_during_the_wait_is_named_with_when_it_began_and_ended() -> None:
+    story = Story()
+    story.node("n1", "10.0.0.1", worker=3.0)
+    fabric = "kubelet-plugin/n1"
+    story.add(
+        0.0,
+        fabric,
+        "plugin/n1",
+        "FabricStateChanged",
+        {"node": "n1", "ready": False, "pending": "GPU 0: IN_PROGRESS"},
+    )
+    story.add(
+        2.5, fabric, "plugin/n1", "FabricStateChanged", {"node": "n1", "ready": True, "clique_id": "c1"}
+    )
+    out = story.explain()
+    [cause] = [c for c in out.chain if c.code == "fabric-degraded"]
+    assert "not ready from 06:00:00.0 until 06:00:02.5: GPU 0: IN_PROGRESS" in cause.text
+
+
+def test_a_plugin_that_restarted_for_a_new_clique_is_a_clique_change_not_a_lost_node() -> None:
+    story = Story()
+    story.node("n1", "10.0.0.1", worker=4.0)
+    story.add(0.0, "kubelet-plugin/n1", "plugin/n1", "PluginStarted", {"node": "n1", "clique_id": "c1"})
+    story.add(2.0, "kubelet-plugin/n1", "plugin/n1", "PluginStarted", {"node": "n1", "clique_id": "c2"})
+    out = story.explain()
+    assert "clique-mismatch" in codes(out) and "node-lost" not in codes(out)
+    assert "changed from c1 to c2: its plugin restarted at 06:00:02.0" in " ".join(c.text for c in out.chain)
+    node = "\n".join(explain_node(story.lines, "n1", "node/n1").text())
+    assert "the NVLink clique of n1 changed from c1 to c2" in node
