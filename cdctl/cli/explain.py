@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from cdctl.cli.errors import guarded, run
+from cdctl.cli.options import db_option
 from cdctl.projections.evidence import Evidence
 from cdctl.projections.explain import Explanation
 from cdctl.projections.explainload import load_explanations
@@ -40,10 +41,7 @@ def explanations(db: Path, subject: str) -> list[Explanation]:
 
 
 @click.command("explain")
-@click.option(
-    "--db", "db", required=True, envvar="CDCTL_DB", type=click.Path(path_type=Path),
-    help="Event log file, or a collected file (env CDCTL_DB).",
-)  # fmt: skip
+@db_option
 @click.argument("subject")
 @click.option(
     "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,

@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from cdctl.cli import collected
 from cdctl.cli.errors import fail, guarded, parse_time, run
+from cdctl.cli.options import db_option
 from cdctl.cli.output import (
     Column,
     Printer,
@@ -40,10 +41,6 @@ from cdctl.store.integrity import read_key_file
 from cdctl.store.schema import load_migrations
 from cdctl.store.sqlite import SELECT_EVENTS, SqliteEventStore, row_to_event
 
-db_option = click.option(
-    "--db", "db", required=True, envvar="CDCTL_DB", type=click.Path(path_type=Path),
-    help="Event log file, or a collected file (env CDCTL_DB).",
-)  # fmt: skip
 source_option = click.option(
     "--source", help="Collected file: only sources matching this glob (kubelet-plugin/*, daemon/NODE/*)."
 )

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from cdctl.cli.errors import guarded, run
+from cdctl.cli.options import db_option
 from cdctl.projections.explain import Explanation
 from cdctl.projections.explainload import load_explanations
 from cdctl.projections.formation import FormationView
@@ -37,10 +38,7 @@ async def _from_log(db: Path, subject: str) -> tuple[FormationView, Explanation]
 
 
 @click.command("timeline")
-@click.option(
-    "--db", "db", required=True, envvar="CDCTL_DB", type=click.Path(path_type=Path),
-    help="Event log file, or a collected file (env CDCTL_DB).",
-)  # fmt: skip
+@db_option
 @click.argument("subject")
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),

@@ -8,26 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from cdctl.cli.demo import write_scenario
 from cdctl.cli.errors import run
-from cdctl.cli.main import cli
+from tests.cli.conftest import invoke
 
 DOMAIN = "computedomain/team-a/nvl72-job"
-
-
-@pytest.fixture(scope="module")
-def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("log") / "events.db"
-    run(write_scenario(path, nodes=4))  # the demo's log: the controller's and the plugins' events of 4 nodes
-    return path
-
-
-def invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args))
-    assert "Traceback" not in result.output + result.stderr
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_a_domain_gets_its_formation_time_and_critical_path_each_step_citing_its_event(log: Path) -> None:

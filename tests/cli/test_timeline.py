@@ -18,11 +18,8 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from click.testing import CliRunner
 
-from cdctl.cli.demo import write_scenario
-from cdctl.cli.errors import run
-from cdctl.cli.main import cli
+from tests.cli.conftest import invoke
 
 DOMAIN = "computedomain/team-a/nvl72-job"
 NODES = [f"gb200-r01-n0{i}" for i in range(1, 5)]
@@ -31,19 +28,6 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--disable-dev-shm-usage",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("log") / "events.db"
-    run(write_scenario(path, nodes=4))  # the demo's log: the controller's and the plugins' events of 4 nodes
-    return path
-
-
-def invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args))
-    assert "Traceback" not in result.output + result.stderr
-    return result.exit_code, result.stdout, result.stderr
 
 
 class Page(HTMLParser):
