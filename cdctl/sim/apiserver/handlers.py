@@ -41,6 +41,7 @@ from cdctl.sim.apiserver.patch import parse_body
 from cdctl.sim.apiserver.proxy import PodNetwork, PodProxy
 from cdctl.sim.apiserver.queryparams import is_true, non_negative_int
 from cdctl.sim.apiserver.rbac import Rbac
+from cdctl.sim.apiserver.requestcounts import REQUEST_USER
 from cdctl.sim.apiserver.resources import ResourceType
 from cdctl.sim.apiserver.selectors import object_filter, parse_field_selector, parse_label_selector
 from cdctl.sim.apiserver.settings import ServerSettings
@@ -460,7 +461,7 @@ def build_app(
         try:
             # Every request is authenticated, whether or not RBAC is enforced: a forged, expired or
             # other-audience token is a 401 on reads too.
-            ApiRoutes._user(request)
+            request[REQUEST_USER] = ApiRoutes._user(request).username  # who asked, for the request counts
         except Unauthorized as error:
             return error_response(error)
         if rbac is not None:

@@ -1,4 +1,4 @@
-"""Request counts of the simulated API server, by verb, resource and response code.
+"""Request counts of the simulated API server, by verb, resource, response code and user.
 
 The real kube-apiserver counts every request in `apiserver_request_total{verb, group, resource, subresource,
 code}`; the simulator keeps the same counts in memory so that a benchmark can state what one object's
@@ -6,9 +6,10 @@ lifecycle costs in requests (how many creates, updates, patches, deletes, gets a
 and a test can assert that a component makes no request it does not need. The verb is the authorization verb
 (get, list, watch, create, update, patch, delete, deletecollection; cdctl.sim.apiserver.rbac), the resource
 is `group/resource[/subresource]` (`resource` alone for the core group), and a request is counted when its
-answer starts, with that answer's code (a watch when its stream opens). Discovery and health requests are
-not counted. cdctl.sim.apiserver.server attaches `RequestCounts.on_response_prepare` to its application;
-read through `ApiServer.requests`.
+answer starts, with that answer's code (a watch when its stream opens) and the user it authenticated as
+(REQUEST_USER, set by cdctl.sim.apiserver.handlers; '' for a request refused before that). Discovery and
+health requests are not counted. cdctl.sim.apiserver.server attaches `RequestCounts.on_response_prepare` to
+its application; read through `ApiServer.requests`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aiohttp import web
 from cdctl.sim.apiserver.rbac import request_attributes
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+REQUEST_USER = web.RequestKey("cdctl_user", str)  # the request's authenticated username
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,7 @@ class RequestKey:
     verb: str
     resource: str  # "group/plural[/subresource]", or "plural[/subresource]" in the core group
     code: int
+    user: str = ""
 
 
 class RequestCounts:
@@ -37,16 +40,17 @@ class RequestCounts:
     def __init__(self) -> None:
         self.counts: Counter[RequestKey] = Counter()
 
-    def record(self, method: str, path: str, query: dict[str, str] | None, code: int) -> None:
+    def record(self, method: str, path: str, query: dict[str, str] | None, code: int, user: str = "") -> None:
         attrs = request_attributes(method, path, query or {})
         if attrs is None:
             return
         resource = f"{attrs.group}/{attrs.resource}" if attrs.group else attrs.resource
-        self.counts[RequestKey(attrs.verb, resource, code)] += 1
+        self.counts[RequestKey(attrs.verb, resource, code, user)] += 1
 
     async def on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
         """aiohttp signal: called once per response as its headers are sent."""
-        self.record(request.method, request.path, dict(request.query), response.status)
+        user = str(request.get(REQUEST_USER, ""))
+        self.record(request.method, request.path, dict(request.query), response.status, user)
 
     def reset(self) -> None:
         self.counts.clear()
@@ -63,6 +67,13 @@ class RequestCounts:
         merged: Counter[str] = Counter()
         for key, n in self.counts.items():
             merged[f"{key.verb} {key.resource}"] += n
+        return dict(sorted(merged.items()))
+
+    def by_user_verb_and_resource(self) -> dict[tuple[str, str, str], int]:
+        """(user, verb, resource) -> count (all codes together)."""
+        merged: Counter[tuple[str, str, str]] = Counter()
+        for key, n in self.counts.items():
+            merged[(key.user, key.verb, key.resource)] += n
         return dict(sorted(merged.items()))
 
     def failed(self) -> dict[str, int]:

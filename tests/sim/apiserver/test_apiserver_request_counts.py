@@ -56,3 +56,20 @@ async def test_a_watch_is_counted_when_its_stream_opens(apiserver: ApiServer, ap
     )  # fmt: skip
     response.close()
     assert apiserver.requests.by_verb_and_resource() == {"list pods": 1, "watch pods": 1}
+
+
+async def test_each_request_is_counted_under_the_user_it_authenticated_as(
+    apiserver: ApiServer, api: client.ApiClient
+) -> None:
+    await client.CoreV1Api(api).list_namespaced_pod("default")
+    [(user, verb, resource)] = apiserver.requests.by_user_verb_and_resource()
+    assert (verb, resource) == ("list", "pods")
+    assert user and user == apiserver_user(api)
+
+
+def apiserver_user(api: client.ApiClient) -> str:
+    """The user the test client's token names (the simulated server's admin, unless a test says else)."""
+    from cdctl.sim.apiserver.identity import user_for_authorization
+
+    return user_for_authorization(api.configuration.api_key.get("authorization") or
+                                  api.default_headers.get("Authorization")).username  # fmt: skip
