@@ -23,7 +23,8 @@ async def test_the_rack_summary_ends_with_the_explanation_and_a_missing_source_i
     assert code == 0, output
     collected = work_dir / "collected.db"
     summary = output[output.index("every check held") :]
-    assert f"explain --db {collected} {DOMAIN}:" in summary
+    assert f"why {DOMAIN} took its time (cdctl explain):" in summary
+    assert f"explain --db {collected} {DOMAIN}\n" in summary, "the command on a line of its own, as it runs"
     assert "critical path (gb200-r00-n0" in summary and "<- longest wait" in summary
     code, said = await _run("explain", "--db", str(collected), DOMAIN)
     assert code == 0, said

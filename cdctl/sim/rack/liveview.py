@@ -302,7 +302,9 @@ def explain_lines(drawn: Timelines, cdctl: str) -> list[Text]:
     """What `cdctl explain` says of each domain's slowest node: its critical path and longest wait's cause."""
     lines: list[Text] = []
     for explanation in drawn.explanations:
-        lines.append(Text(f"{cdctl} explain --db {shlex.quote(str(drawn.collected))} {explanation.subject}:",
-                          style="bold"))  # fmt: skip
+        lines.append(Text(f"why {explanation.subject} took its time (cdctl explain):", style="bold"))
         lines += [Text(f"  {line}") for line in explanation.text()]
+        lines.append(
+            Text(f"  {cdctl} explain --db {shlex.quote(str(drawn.collected))} {explanation.subject}")
+        )
     return lines
