@@ -23,7 +23,7 @@ from aiohttp import web
 from cdctl.sim.apiserver.rbac import request_attributes
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-REQUEST_USER = web.RequestKey("cdctl_user", str)  # the request's authenticated username
+REQUEST_USER = web.RequestKey("authenticated_user", str)  # the request's authenticated username
 
 
 @dataclass(frozen=True, slots=True)

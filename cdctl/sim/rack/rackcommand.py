@@ -37,19 +37,10 @@ from cdctl.sim.rack.liveview import LiveView, summary
 from cdctl.sim.rack.scenario import DomainPlan, ScenarioReport, run_scenario
 from cdctl.sim.rack.settings import RackSettings
 from cdctl.sim.rack.timelines import draw_timelines
+from cdctl.sim.rack.workdir import reuse, work_dir_problem
 
-# The longest unix socket path under the work directory (the plugin's DRA socket) must fit sun_path (108).
-_SOCKET_SUFFIX = len("/gb200-r00-n00/plugins/compute-domain.nvidia.com/dra.sock")
-_SUN_PATH_MAX = 107
 DOMAIN_NAMESPACE = "team-a"
 DOMAIN_NAME = "nvl72"
-
-
-def work_dir_problem(directory: Path) -> str | None:
-    if len(str(directory)) + _SOCKET_SUFFIX > _SUN_PATH_MAX:
-        most = _SUN_PATH_MAX - _SOCKET_SUFFIX
-        return f"{directory} is too long for the plugins' unix socket paths (at most {most} characters)"
-    return None
 
 
 def held_commands(rack: Rack, plans: list[DomainPlan]) -> list[str]:
@@ -220,6 +211,8 @@ def run_rack_command(
     if problem:
         console.print(f"cdctl sim rack: {problem}", style="red")
         return 2
+    if reuse(directory):
+        console.print(f"cdctl sim rack: replaced the previous rack's files in {directory}")
     namespace = DOMAIN_NAMESPACE if rack_domains else ""
     settings = RackSettings(
         directory,
