@@ -166,6 +166,12 @@ class History:
         ]
 
 
+def trace_domain(history: History, start: datetime, end: datetime) -> list[Cause]:
+    """Why a domain no node has joined waits: the controller's failed actions and failovers since `start`."""
+    chain = _controller_wait(history, start, end)
+    return chain + [c for c in _node_wide(history, "", start, end, {"node-lost", "fabric-degraded"})]
+
+
 def _concerns(line: Line) -> str:
     """The node a line is about: its source's or the node it names; a controller's Pod or Node observation
     names it in its summary or as the object's name."""

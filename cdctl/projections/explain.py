@@ -18,7 +18,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cdctl.projections.causes import CAUSES, Cause, History, classify, clock, exit_text, plugin_restart, trace
+from cdctl.projections.causes import (
+    CAUSES,
+    Cause,
+    History,
+    classify,
+    clock,
+    exit_text,
+    plugin_restart,
+    trace,
+    trace_domain,
+)
 from cdctl.projections.evidence import Evidence
 from cdctl.projections.formation import LABELS, MILESTONES, FormationView, node_of
 from cdctl.projections.timeline import Line
@@ -160,6 +170,11 @@ def explain_domain(view: FormationView, history: History) -> Explanation:
             out.chain = trace(history, view.slowest, step.key, step.start, step.end)
         if view.formation_s is None:
             _explain_stuck(out, view, history)
+    if not view.nodes and view.origin is not None and history.lines:
+        last = history.lines[-1].event.recorded_at
+        out.fact(f"no node has joined it in this file ({(last - view.origin).total_seconds():.2f} s from its"
+                 " observation to the file's last event)")  # fmt: skip
+        out.chain = trace_domain(history, view.origin, last)
     if view.teardown_s is not None:
         torn = view.domain.first("torn-down")
         out.facts.append(

@@ -15,7 +15,7 @@ from cdctl.domain.errors import InvalidInput
 from cdctl.projections.causes import History, clock
 from cdctl.projections.explain import Explanation, explain_claim, explain_domain, explain_node
 from cdctl.projections.formation import MILESTONES, formation_view
-from cdctl.projections.timeline import EventSource, parse_subject, resolve_uid, timeline
+from cdctl.projections.timeline import EventSource, Line, parse_subject, resolve_uid, timeline
 
 COMMAND = "cdctl explain"
 # Which component's log tells each milestone (a note when a file holds none of one).
@@ -59,7 +59,7 @@ async def _domain(events: EventSource, subject: str, uid: str) -> Explanation:
     if not lines:
         raise InvalidInput(COMMAND, "SUBJECT", f"no events of {subject!r} in {events.where}")
     view = formation_view(lines, uid, subject)
-    out = explain_domain(view, History(lines))
+    out = explain_domain(view, History(await _with_failovers(events, lines)))
     if not view.origin_is_creation:
         out.notes.append(
             "the controller's observation of the domain is not in this file: times count from its"
@@ -87,10 +87,20 @@ async def _claim(events: EventSource, subject: str, uid: str) -> Explanation:
         return out
     domain = str(started[0].event.data.get("domain_uid") or "")
     lines = await events.lines(*events.naming(domain)) if domain else own
-    out = explain_claim(lines or own, uid, subject, History(lines or own))
+    out = explain_claim(lines or own, uid, subject, History(await _with_failovers(events, lines or own)))
     node = str(started[0].event.data.get("node") or "")
     out.notes += await _horizons(events) + await _missing_sources(events, [node] if node else [], domain)
     return out
+
+
+async def _with_failovers(events: EventSource, lines: list[Line]) -> list[Line]:
+    """The lines with the controller's failovers of their time span: a takeover stalls every domain, and its
+    event names none."""
+    if not lines:
+        return lines
+    first, last = lines[0].event.recorded_at.isoformat(), lines[-1].event.recorded_at.isoformat()
+    failovers = await events.lines("type = 'LeadershipAcquired'", [], first, last)
+    return sorted([*lines, *failovers], key=lambda ln: (ln.event.recorded_at, ln.source, ln.event.position))
 
 
 async def _pod(events: EventSource, subject: str, rest: str) -> list[Explanation]:

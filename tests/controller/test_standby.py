@@ -16,6 +16,8 @@ from structlog.testing import capture_logs
 
 from cdctl.controller.manager import ControllerManager
 from cdctl.domain.events import RecordedEvent
+from cdctl.projections.explainload import load_explanations
+from cdctl.projections.timeline import EventSource
 from cdctl.sim.apiserver.identity import service_account_token
 from cdctl.store.sqlite import SqliteEventStore
 from tests.chart.conftest import chart_policies, chart_rbac
@@ -136,6 +138,13 @@ async def test_a_standby_records_what_it_sees_writes_nothing_and_takes_over_befo
     actions = [e for e in events if e.type == "DomainActionIntended"]
     assert actions and all(e.position > acquired.position for e in actions)
     assert any(e.stream == f"domain/{uid2}" and e.data["kind"] == "DaemonSet" for e in actions)
+    # cdctl explain, from the standby's own log: cd2 waited for the failover, and says so.
+    async with await SqliteEventStore.open(tmp_path / "b.db", read_only=True) as store:
+        source = EventSource(lambda sql, params: store.query(sql, params), False, "b.db")
+        [explained] = await load_explanations(source, f"domain/{uid2}")
+    [failover] = [c for c in explained.chain if c.code == "controller-failover"]
+    assert failover.evidence is not None and failover.evidence.position == acquired.position
+    assert f"took the Lease from {leader.elector.identity} (expired" in failover.text
 
 
 async def test_a_leader_whose_watches_have_not_listed_waits_for_them_before_its_first_reconcile(
