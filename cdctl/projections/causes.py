@@ -158,6 +158,14 @@ class History:
         wanted = set(types)
         return [ln for ln in self.lines if ln.event.type in wanted and start <= ln.event.recorded_at <= end]
 
+    def asked(self, node: str, kind: str) -> list[Line]:
+        """The node's ClaimPrepareStarted of `kind` (channel or daemon) claims, in time order."""
+        return [
+            ln
+            for ln in self.by_node.get(node, [])
+            if ln.event.type == "ClaimPrepareStarted" and ln.event.data.get("kind", "channel") == kind
+        ]
+
     def claim_failures(self, node: str, kind: str, start: datetime, end: datetime) -> list[Line]:
         return [
             ln
@@ -168,8 +176,7 @@ class History:
 
 def trace_domain(history: History, start: datetime, end: datetime) -> list[Cause]:
     """Why a domain no node has joined waits: the controller's failed actions and failovers since `start`."""
-    chain = _controller_wait(history, start, end)
-    return chain + [c for c in _node_wide(history, "", start, end, {"node-lost", "fabric-degraded"})]
+    return _controller_wait(history, start, end) + _failovers(history, start, end)
 
 
 def _concerns(line: Line) -> str:
@@ -202,11 +209,7 @@ def trace(history: History, node: str, key: str, start: datetime, end: datetime)
 
 def _asked_late(history: History, node: str, kind: str, start: datetime, end: datetime) -> list[Cause]:
     """`prepare-late` when the kubelet first asked for the claim's Prepare late in the step."""
-    asked = [
-        ln
-        for ln in history.on(node, ("ClaimPrepareStarted",), start, end)
-        if ln.event.data.get("kind", "channel") == kind
-    ]
+    asked = [ln for ln in history.asked(node, kind) if start <= ln.event.recorded_at <= end]
     if not asked or (asked[0].event.recorded_at - start).total_seconds() <= LATE_S:
         return []
     first = asked[0]
@@ -220,19 +223,14 @@ def _asked_late(history: History, node: str, kind: str, start: datetime, end: da
 
 def _prepare_wait(history: History, node: str, kind: str, start: datetime, end: datetime) -> list[Cause]:
     # The refusals since the claim was first asked for: a worker asked early waits through earlier steps too.
-    first_asked = [
-        ln.event.recorded_at
-        for ln in history.by_node.get(node, [])
-        if ln.event.type == "ClaimPrepareStarted" and ln.event.data.get("kind", "channel") == kind
-    ]
-    failures = history.claim_failures(node, kind, min([start, *first_asked[:1]]), end)
+    first_asked = [ln.event.recorded_at for ln in history.asked(node, kind)[:1]]
+    failures = history.claim_failures(node, kind, min([start, *first_asked]), end)
     if not failures:
         return _asked_late(history, node, kind, start, end)
     last = failures[-1]
-    if last.event.type == "ClaimPrepareFenced":
-        reason = str(last.event.data.get("reason", ""))
-        return [_cause("prepare-fenced", f"a stale Prepare of the {kind} claim was fenced: {reason}", last)]
     reason = str(last.event.data.get("reason", ""))
+    if last.event.type == "ClaimPrepareFenced":
+        return [_cause("prepare-fenced", f"a stale Prepare of the {kind} claim was fenced: {reason}", last)]
     code = classify(reason) or "api-error"
     times = f" ({len(failures)} refusals)" if len(failures) > 1 else ""
     said = f"the {kind} claim's Prepare was refused{times}, last at {clock(last.event.recorded_at)}: {reason}"
@@ -348,8 +346,8 @@ def _controller_wait(history: History, start: datetime, end: datetime) -> list[C
     for line in history.anywhere(("DomainActionFailed",), start, end)[-3:]:
         data = line.event.data
         error = str(data.get("error", ""))
-        code = classify(error) or "api-error"
-        if code not in ("api-throttled", "api-error", "admission-refused"):
+        code = classify(error)
+        if code not in ("api-throttled", "admission-refused"):
             code = "api-error"
         chain.append(
             _cause(
@@ -363,7 +361,18 @@ def _controller_wait(history: History, start: datetime, end: datetime) -> list[C
 
 
 def _node_wide(history: History, node: str, start: datetime, end: datetime, said: set[str]) -> list[Cause]:
-    """What stalls any step: the controller failing over, the node's plugin restarting."""
+    """What stalls any step: the controller failing over, the node's plugin restarting, its fabric."""
+    chain = _failovers(history, start, end)
+    restarts = history.on(node, ("PluginStarted",), start, end)
+    if restarts and "node-lost" not in said:
+        chain.append(plugin_restart(history, node, restarts[-1]))
+    if "fabric-degraded" not in said:
+        chain += _fabric(history, node, start, end)
+    return chain
+
+
+def _failovers(history: History, start: datetime, end: datetime) -> list[Cause]:
+    """The controller's takeovers during the wait (a LeadershipAcquired from a previous holder)."""
     chain: list[Cause] = []
     for line in history.anywhere(("LeadershipAcquired",), start, end):
         data = line.event.data
@@ -378,11 +387,6 @@ def _node_wide(history: History, node: str, start: datetime, end: datetime, said
                     line,
                 )
             )
-    restarts = history.on(node, ("PluginStarted",), start, end)
-    if restarts and "node-lost" not in said:
-        chain.append(plugin_restart(history, node, restarts[-1]))
-    if "fabric-degraded" not in said:
-        chain += _fabric(history, node, start, end)
     return chain
 
 
