@@ -69,9 +69,8 @@ class Explanation:
     path_node: str = ""
     path: list[Step] = field(default_factory=list)
     longest: Step | None = None
-    chain: list[Cause] = field(
-        default_factory=list
-    )  # why the longest wait (or the claim's wait), nearest first
+    # why the longest wait (or the claim's wait) took its time, the nearest cause first
+    chain: list[Cause] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what this file cannot tell
     formation_s: float | None = None
     waiting_for: str = ""  # a claim still waiting: the cause code of its last refusal
@@ -223,7 +222,7 @@ def explain_claim(lines: Sequence[Line], claim_uid: str, subject: str, history: 
     completed = [ln for ln in own if ln.event.type == "ClaimPrepareCompleted"]
     failures = [ln for ln in own if ln.event.type in ("ClaimPrepareFailed", "ClaimPrepareFenced")]
     unprepared = [ln for ln in own if ln.event.type == "ClaimUnprepared"]
-    end_line = completed[0] if completed else (own[-1] if own else first)
+    end_line = completed[0] if completed else own[-1]
     waited = (end_line.event.recorded_at - first.event.recorded_at).total_seconds()
     if completed:
         out.fact(
@@ -291,6 +290,7 @@ def explain_node(lines: Sequence[Line], node: str, subject: str) -> Explanation:
             ends[-1] if ends else seen[0],
         )
     problems = 0
+    first_start = _first(mine, "PluginStarted")
     for line in mine:
         data, kind = line.event.data, line.event.type
         said = ""
@@ -302,7 +302,7 @@ def explain_node(lines: Sequence[Line], node: str, subject: str) -> Explanation:
             said = f"IMEX exited ({exit_text(data)}): {data.get('reason')}"
         elif kind == "ImexDaemonStopped" and data.get("error"):
             said = f"an IMEX daemon stopped on an error: {data.get('reason')}"
-        elif kind == "PluginStarted" and line is not _first(mine, "PluginStarted"):
+        elif kind == "PluginStarted" and line is not first_start:
             cause = plugin_restart(history, node, line)
             said = (
                 cause.text

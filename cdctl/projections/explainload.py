@@ -14,7 +14,7 @@ from __future__ import annotations
 from cdctl.domain.errors import InvalidInput
 from cdctl.projections.causes import History, clock
 from cdctl.projections.explain import Explanation, explain_claim, explain_domain, explain_node
-from cdctl.projections.formation import MILESTONES, formation_view
+from cdctl.projections.formation import LABELS, formation_view
 from cdctl.projections.timeline import EventSource, Line, parse_subject, resolve_uid, timeline
 
 COMMAND = "cdctl explain"
@@ -65,9 +65,8 @@ async def _domain(events: EventSource, subject: str, uid: str) -> Explanation:
             "the controller's observation of the domain is not in this file: times count from its"
             " first event here"
         )
-    for key, _ in MILESTONES:
-        if key in view.missing:
-            out.notes.append(f"no node has '{dict(MILESTONES)[key]}' here: {TOLD_BY[key]} would tell it")
+    for key in view.missing:  # in milestone order
+        out.notes.append(f"no node has '{LABELS[key]}' here: {TOLD_BY[key]} would tell it")
     out.notes += await _horizons(events) + await _missing_sources(events, [r.name for r in view.nodes], uid)
     return out
 
@@ -86,8 +85,8 @@ async def _claim(events: EventSource, subject: str, uid: str) -> Explanation:
         out.notes += horizons
         return out
     domain = str(started[0].event.data.get("domain_uid") or "")
-    lines = await events.lines(*events.naming(domain)) if domain else own
-    out = explain_claim(lines or own, uid, subject, History(await _with_failovers(events, lines or own)))
+    lines = (await events.lines(*events.naming(domain)) if domain else []) or own
+    out = explain_claim(lines, uid, subject, History(await _with_failovers(events, lines)))
     node = str(started[0].event.data.get("node") or "")
     out.notes += await _horizons(events) + await _missing_sources(events, [node] if node else [], domain)
     return out
@@ -146,19 +145,16 @@ async def _missing_sources(events: EventSource, nodes: list[str], domain_uid: st
     """In a collected file: the sources this subject needed that the file lacks, and what each would tell."""
     if not events.collected:
         return []
-    rows = await events.query("SELECT name, component, node FROM sources", [])
+    rows = await events.query("SELECT name, component FROM sources", [])
     names = {str(r[0]) for r in rows}
+    components = {str(r[1]) for r in rows}
     out = []
-    if not any(str(r[1]) == "controller" for r in rows):
+    if "controller" not in components:
         out.append("no controller source: it would have told the labels, clique entries and Ready daemons")
     for node in nodes:
         if f"kubelet-plugin/{node}" not in names:
             out.append(f"no kubelet-plugin/{node} source: it would have told that node's prepares")
         daemon = f"daemon/{node}/{domain_uid}"
-        if domain_uid and not any(n.startswith(daemon) for n in names) and _has_daemons(rows):
+        if domain_uid and "daemon" in components and not any(n.startswith(daemon) for n in names):
             out.append(f"no {daemon} source: it would have told IMEX's starts and restarts on {node}")
     return out
-
-
-def _has_daemons(rows: list[tuple[object, ...]]) -> bool:
-    return any(str(r[1]) == "daemon" for r in rows)
