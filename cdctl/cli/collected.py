@@ -6,6 +6,7 @@ recorded_at; `sql` reads the `events` view and the read models, each with a `sou
 folds every source up to that instant (positions are per source: `--position` needs `--source`); `verify`
 checks each source's chain run by run, keyed ones with the key among `--key-file`s whose check matches, and
 each recorded head, then the read models. Exit codes as for an event log (1 verification failed).
+`read_events(db, work)` runs a reading over either kind of file (history, timeline, explain).
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
-from cdctl.cli.errors import fail
+from cdctl.cli.errors import fail, run
 from cdctl.cli.output import print_document
 from cdctl.domain.errors import InvalidInput, StoreError
 from cdctl.projections import collected as views
@@ -28,14 +29,29 @@ from cdctl.projections.base import in_log_order
 from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import Rebuild
 from cdctl.projections.timeline import EventSource, Line
-from cdctl.store.collected import CollectedFile, Source
-from cdctl.store.sqlite import row_to_event
+from cdctl.store.collected import CollectedFile, Source, kind_of
+from cdctl.store.sqlite import SqliteEventStore, row_to_event
+
+T = TypeVar("T")
 
 PAGE = 10_000
 
 
 def open_file(db: Path) -> CollectedFile:
     return CollectedFile.open(db, read_only=True)
+
+
+def read_events(db: Path, work: Callable[[EventSource], Coroutine[Any, Any, T]]) -> T:
+    """Run `work` over the events of `db`, a collected file or an event log (each opened read-only)."""
+    if kind_of(db) == "collected":
+        with open_file(db) as file:
+            return run(work(event_source(file)))
+
+    async def from_log() -> T:
+        async with await SqliteEventStore.open(db, read_only=True) as store:
+            return await work(EventSource(lambda sql, params: store.query(sql, params), False, str(db)))
+
+    return run(from_log())
 
 
 def event_source(file: CollectedFile) -> EventSource:

@@ -13,31 +13,12 @@ from pathlib import Path
 
 import click
 
-from cdctl.cli.errors import guarded, run
+from cdctl.cli.collected import read_events
+from cdctl.cli.errors import guarded
 from cdctl.cli.options import db_option
 from cdctl.projections.evidence import Evidence
 from cdctl.projections.explain import Explanation
 from cdctl.projections.explainload import load_explanations
-from cdctl.projections.timeline import EventSource
-from cdctl.store.collected import CollectedFile, kind_of
-from cdctl.store.sqlite import SqliteEventStore
-
-
-async def _from_log(db: Path, subject: str) -> list[Explanation]:
-    async with await SqliteEventStore.open(db, read_only=True) as store:
-        return await load_explanations(
-            EventSource(lambda sql, params: store.query(sql, params), False, str(db)), subject
-        )
-
-
-def explanations(db: Path, subject: str) -> list[Explanation]:
-    """The explanations of `subject` in `db` (a log or a collected file)."""
-    if kind_of(db) == "collected":
-        from cdctl.cli.collected import event_source
-
-        with CollectedFile.open(db, read_only=True) as file:
-            return run(load_explanations(event_source(file), subject))
-    return run(_from_log(db, subject))
 
 
 @click.command("explain")
@@ -57,7 +38,7 @@ def explain(db: Path, subject: str, output: str) -> None:
     SUBJECT: computedomain/NAMESPACE/NAME, resourceclaim/NAMESPACE/NAME, pod/NAMESPACE/NAME (its claims),
     node/NAME, domain/<uid>, claim/<uid> or a bare uid. A collected file (cdctl collect) tells the most.
     """
-    found = explanations(db, subject)
+    found = read_events(db, lambda events: load_explanations(events, subject))
     if output == "json":
         click.echo(json.dumps([e.to_json() for e in found], indent=2))
         return

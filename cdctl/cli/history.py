@@ -35,7 +35,7 @@ from cdctl.projections.lifecycle import lifecycle_projections
 from cdctl.projections.replay import VerifyReport, replay, verify_chain, verify_projections
 from cdctl.projections.sinks import SqliteSink
 from cdctl.projections.timeline import LIMIT as TIMELINE_LIMIT
-from cdctl.projections.timeline import EventSource, Line, timeline
+from cdctl.projections.timeline import Line, timeline
 from cdctl.store.collected import kind_of
 from cdctl.store.integrity import read_key_file
 from cdctl.store.schema import load_migrations
@@ -374,17 +374,7 @@ def history(db: Path, subject: str, since: str | None, until: str | None, output
         parse_time(value, option).isoformat(timespec="microseconds") if value else ""
         for value, option in ((since, "--since"), (until, "--until"))
     ]
-    if _is_collected(db):
-        with collected.open_file(db) as file:
-            said, lines = run(timeline(collected.event_source(file), subject, *bounds))
-    else:
-
-        async def main() -> tuple[str, list[Line]]:
-            async with await _open(db) as store:
-                events = EventSource(lambda sql, params: store.query(sql, params), False, str(db))
-                return await timeline(events, subject, *bounds)
-
-        said, lines = run(main())
+    said, lines = collected.read_events(db, lambda events: timeline(events, subject, *bounds))
     if not lines:
         raise InvalidInput("cdctl history", "SUBJECT", f"no events for {subject!r} in {db}")
     click.echo(said, err=True)  # what SUBJECT resolved to; stderr, so JSON on stdout stays clean

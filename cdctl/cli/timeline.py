@@ -14,7 +14,8 @@ from pathlib import Path
 
 import click
 
-from cdctl.cli.errors import guarded, run
+from cdctl.cli.collected import read_events
+from cdctl.cli.errors import guarded
 from cdctl.cli.options import db_option
 from cdctl.projections.explain import Explanation
 from cdctl.projections.explainload import load_explanations
@@ -22,19 +23,12 @@ from cdctl.projections.formation import FormationView
 from cdctl.projections.formationload import load_view
 from cdctl.projections.formationpage import FORMATS, check_output, write
 from cdctl.projections.timeline import EventSource
-from cdctl.store.collected import CollectedFile, kind_of
-from cdctl.store.sqlite import SqliteEventStore
 
 
 async def _read(events: EventSource, subject: str) -> tuple[FormationView, Explanation]:
     """The view to draw and what `cdctl explain` says of the subject (shown on top, its path marked)."""
     view = await load_view(events, subject)
     return view, (await load_explanations(events, subject))[0]
-
-
-async def _from_log(db: Path, subject: str) -> tuple[FormationView, Explanation]:
-    async with await SqliteEventStore.open(db, read_only=True) as store:
-        return await _read(EventSource(lambda sql, params: store.query(sql, params), False, str(db)), subject)
 
 
 @click.command("timeline")
@@ -55,13 +49,7 @@ def timeline(db: Path, subject: str, output: Path) -> None:
     daemons; a plugin's log its node's prepares; a collected file (cdctl collect) all of them.
     """
     check_output(output)  # before reading: a wrong -o fails at once
-    if kind_of(db) == "collected":
-        from cdctl.cli.collected import event_source
-
-        with CollectedFile.open(db, read_only=True) as file:
-            view, explanation = run(_read(event_source(file), subject))
-    else:
-        view, explanation = run(_from_log(db, subject))
+    view, explanation = read_events(db, lambda events: _read(events, subject))
     write(view, output, explanation)
     for line in view.summary_lines():
         click.echo(line)
