@@ -186,7 +186,7 @@ def cluster(
     metavar="KIND:NODE[:SECONDS]",
     help="Inject a fault while the domain forms, for cdctl explain to find (repeatable): slow-node (its "
     "kubelet stops SECONDS, default 3), imex-crash (its IMEX is killed once it runs), power-loss (off once "
-    "its daemon runs, on SECONDS later, default 2). Exhausted channels: --imex-channel-count.",
+    "its daemon runs, on SECONDS later, default 2).",
 )
 def rack(
     nodes: int,

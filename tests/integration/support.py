@@ -1,11 +1,12 @@
 """Helpers for the rack tests of domains that change shape: a socket-safe work directory, waiting for a
-condition with a bounded time, scaling a Job, the domain's uid, the moment formation is under way, and the
-controller replica that holds the Lease."""
+condition with a bounded time, scaling a Job, the domain's uid, the moment formation is under way, the
+controller replica that holds the Lease, and running the cdctl command line."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +17,22 @@ import pytest
 from cdctl.domain.computedomains import LABEL_COMPUTE_DOMAIN
 from cdctl.sim.rack.checks import CD_GROUP
 from cdctl.sim.rack.launch import Rack
+
+
+async def run_cdctl(*argv: str, timeout_s: float = 120.0) -> tuple[int, str]:
+    """`python -m cdctl ARGV` as a user runs it: its exit code and its output (stdout and stderr)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cdctl", *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    try:
+        async with asyncio.timeout(timeout_s):
+            output, _ = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await asyncio.wait_for(process.wait(), 60)
+    assert process.returncode is not None
+    return process.returncode, output.decode()
 
 
 @pytest.fixture

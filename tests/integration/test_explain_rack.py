@@ -10,23 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_rack import _run, work_dir  # noqa: F401 - the rack's work directory fixture
+from tests.integration.support import run_cdctl
 
 pytestmark = pytest.mark.integration
 DOMAIN = "computedomain/team-a/nvl72"
 
 
 async def test_the_rack_summary_ends_with_the_explanation_and_a_missing_source_is_named(
-    work_dir: Path,  # noqa: F811
+    work_dir: Path,
 ) -> None:
-    code, output = await _run("sim", "rack", "--nodes", "3", "--keep", str(work_dir))
+    code, output = await run_cdctl("sim", "rack", "--nodes", "3", "--keep", str(work_dir))
     assert code == 0, output
     collected = work_dir / "collected.db"
     summary = output[output.index("every check held") :]
     assert f"why {DOMAIN} took its time (cdctl explain):" in summary
     assert f"explain --db {collected} {DOMAIN}\n" in summary, "the command on a line of its own, as it runs"
     assert "critical path (gb200-r00-n0" in summary and "<- longest wait" in summary
-    code, said = await _run("explain", "--db", str(collected), DOMAIN)
+    code, said = await run_cdctl("explain", "--db", str(collected), DOMAIN)
     assert code == 0, said
     slowest = said.split("critical path (", 1)[1].split(")", 1)[0]
     assert f"[kubelet-plugin/{slowest} #" in said, "the path cites the slowest node's own plugin"
@@ -46,17 +46,17 @@ async def test_the_rack_summary_ends_with_the_explanation_and_a_missing_source_i
         db.commit()
     finally:
         db.close()
-    code, said = await _run("explain", "--db", str(partial), DOMAIN)
+    code, said = await run_cdctl("explain", "--db", str(partial), DOMAIN)
     assert code == 0, said
     assert f"note: no kubelet-plugin/{slowest} source: it would have told that node's prepares" in said
 
 
 async def test_faults_injected_while_the_domain_forms_are_what_explain_finds(
-    work_dir: Path,  # noqa: F811
+    work_dir: Path,
 ) -> None:
     """slow-node: its kubelet stops, its first Prepare comes late and it is the slowest; imex-crash: the
     node's IMEX killed, and restarted; power-loss: the node's plugin starts again. The rack still forms."""
-    code, output = await _run(
+    code, output = await run_cdctl(
         "sim", "rack", "--nodes", "4", "--keep", str(work_dir),
         "--fault", "slow-node:gb200-r00-n03:5", "--fault", "imex-crash:gb200-r00-n01",
         "--fault", "power-loss:gb200-r00-n02",
@@ -65,13 +65,13 @@ async def test_faults_injected_while_the_domain_forms_are_what_explain_finds(
     text = " ".join(output.split())
     assert "injecting while the domain forms: slow-node:gb200-r00-n03:5, imex-crash:gb200-r00-n01," in text
     collected = str(work_dir / "collected.db")
-    code, said = await _run("explain", "--db", collected, DOMAIN)
+    code, said = await run_cdctl("explain", "--db", collected, DOMAIN)
     assert code == 0, said
     assert "critical path (gb200-r00-n03):" in said
     assert "the kubelet asked for the channel claim's Prepare only at" in said
-    code, said = await _run("explain", "--db", collected, "node/gb200-r00-n01")
+    code, said = await run_cdctl("explain", "--db", collected, "node/gb200-r00-n01")
     assert "IMEX exited (killed by SIGKILL)" in said, said
-    code, said = await _run("explain", "--db", collected, "node/gb200-r00-n02")
+    code, said = await run_cdctl("explain", "--db", collected, "node/gb200-r00-n02")
     assert "the kubelet plugin started again (a reboot or a crash)" in said, said
 
 
@@ -84,7 +84,7 @@ async def test_faults_injected_while_the_domain_forms_are_what_explain_finds(
         ("power-loss:gb200-r00-n00:0", "SECONDS must be above 0 and at most 300"),
     ],
 )
-async def test_a_bad_fault_is_refused_naming_the_flag(work_dir: Path, fault: str, said: str) -> None:  # noqa: F811
-    code, output = await _run("sim", "rack", "--nodes", "2", "--keep", str(work_dir), "--fault", fault)
+async def test_a_bad_fault_is_refused_naming_the_flag(work_dir: Path, fault: str, said: str) -> None:
+    code, output = await run_cdctl("sim", "rack", "--nodes", "2", "--keep", str(work_dir), "--fault", fault)
     assert code == 2
     assert "--fault" in output and said in " ".join(output.split())

@@ -10,11 +10,8 @@ commands work on the logs it names, and the formation timeline it drew from the 
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sqlite3
-import sys
-import tempfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -28,17 +25,10 @@ from cdctl.sim.rack.checks import has_channel0, leftovers, list_pods
 from cdctl.sim.rack.launch import Rack
 from cdctl.sim.rack.scenario import DomainPlan, Progress, run_scenario
 from cdctl.sim.rack.settings import RackSettings
+from tests.integration.support import run_cdctl
 
 pytestmark = pytest.mark.integration
 NODES = 4
-
-
-@pytest.fixture
-def work_dir() -> Iterator[Path]:
-    # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
-    directory = Path(tempfile.mkdtemp(prefix="cdrack-", dir="/tmp"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _lifecycle(db: Path) -> list[tuple[str, str, str | None, str | None]]:
@@ -115,23 +105,8 @@ def _daemon_logs(work_dir: Path) -> list[Path]:
     return list(work_dir.glob("*/plugins/*/domains/*/events.db"))
 
 
-async def _run(*argv: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cdctl", *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    try:
-        async with asyncio.timeout(120):
-            output, _ = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await asyncio.wait_for(process.wait(), 60)
-    assert process.returncode is not None
-    return process.returncode, output.decode()
-
-
 async def test_the_command_runs_host_managed_and_its_summary_points_at_real_logs(work_dir: Path) -> None:
-    code, output = await _run(
+    code, output = await run_cdctl(
         "sim", "rack", "--nodes", "2", "--mode", "host-managed", "--keep", str(work_dir)
     )
     assert code == 0, output
@@ -142,14 +117,14 @@ async def test_the_command_runs_host_managed_and_its_summary_points_at_real_logs
     for command in ("cdctl events --db", "cdctl sql --db", "claim_lifecycle", "cdctl replay --db", "--at"):
         assert command in text
     assert _lifecycle(plugin_db)[0][:2] == ("channel", "Unprepared")
-    code, rows = await _run("sql", "--db", str(plugin_db), "SELECT kind, state FROM claim_lifecycle")
+    code, rows = await run_cdctl("sql", "--db", str(plugin_db), "SELECT kind, state FROM claim_lifecycle")
     assert code == 0 and "Unprepared" in rows
     # it collected every log and drew the formation timeline from them: a row per node
     page = work_dir / "timeline-nvl72.html"
     assert f"formation timeline: {page}" in text and f"collected: {work_dir / 'collected.db'}" in text
     assert page.read_text().count('class="row node-row"') == 2
     png = work_dir / "formation.png"
-    code, said = await _run(
+    code, said = await run_cdctl(
         "timeline", "--db", str(work_dir / "collected.db"), "computedomain/team-a/nvl72", "-o", str(png)
     )
     assert code == 0 and "formation: " in said and "slowest node: gb200-r00-n0" in said, said

@@ -7,10 +7,10 @@ has a cause to find (docs/explain.md):
   back-off, and the node is Ready only then (cause `imex-crashed`).
 - `power-loss`: the node loses power once its daemon runs and boots again SECONDS later (default 2); its
   plugin starts again (cause `node-lost`).
-Exhausted channels need no fault: `--isolation channel` with more `--domains` than `--imex-channel-count`
-allows makes a domain wait for a channel. `parse_fault` refuses a bad value naming `--fault`;
-`during_formation(faults)` is the scenario's hook (cdctl.sim.rack.scenario.run_scenario). Used by
-cdctl.cli.sim and cdctl.sim.rack.rackcommand.
+Exhausted channels are no fault here: a domain waiting for a channel would keep the rack's scenario, which
+waits for every domain, from ending (docs/explain.md says where that cause is staged). `parse_fault`
+refuses a bad value naming `--fault`; `during_formation(faults)` is the scenario's hook
+(cdctl.sim.rack.scenario.run_scenario). Used by cdctl.cli.sim and cdctl.sim.rack.rackcommand.
 """
 
 from __future__ import annotations
