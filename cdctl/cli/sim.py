@@ -186,7 +186,9 @@ def cluster(
     metavar="KIND:NODE[:SECONDS]",
     help="Inject a fault while the domain forms, for cdctl explain to find (repeatable): slow-node (its "
     "kubelet stops SECONDS, default 3), imex-crash (its IMEX is killed once it runs), power-loss (off once "
-    "its daemon runs, on SECONDS later, default 2).",
+    "its daemon runs, on SECONDS later, default 2), channels-exhausted (--isolation channel: another "
+    "team's domain with a pod on the node holds a channel of its clique, released SECONDS after the rack's "
+    "domains are created, default 3; one domain waits for it).",
 )
 def rack(
     nodes: int,

@@ -232,9 +232,10 @@ class PodReader:
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 continue
             domain = str(entry.get("domain_uid") or "")
-            if (
+            if (  # a shared daemon's log (no domain uid) serves every domain of its clique: kept
                 entry.get("component") == "daemon"
                 and self.options.domains
+                and domain
                 and domain not in self.options.domains
             ):
                 continue

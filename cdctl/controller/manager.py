@@ -69,7 +69,11 @@ class ControllerManager:
         self.settings = settings
         self.api = api
         self.queue = KeyedQueue(
-            self._reconcile, workers=settings.workers, on_outcome=self._on_outcome, describe=self._describe
+            self._reconcile,
+            workers=settings.workers,
+            recheck_s=settings.recheck_failed_s,
+            on_outcome=self._on_outcome,
+            describe=self._describe,
         )
         self.journal = Journal(store, Actor(COMPONENT, pod=settings.pod_name), self._changed)
         self.view = self.journal.view

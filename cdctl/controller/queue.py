@@ -3,8 +3,10 @@
 `add(key)` while the key waits is a no-op (changes coalesce into one run); while the key runs, it marks the
 key to run once more afterwards, so a burst of changes costs at most two runs. A `RetriableError`
 (cdctl.domain.errors) re-adds the key after its own delay or the per-key exponential backoff (5 ms doubling
-to `max_delay_s`, +-25 % jitter); a `PermanentError` drops it until the next change. Any other exception
-counts as retriable.
+to `max_delay_s`, +-25 % jitter). A `PermanentError` (repeating the same request in the same world will
+not help) parks the key: it runs again on its next change, or after `recheck_s` all the same, since what
+refused it may be outside what the controller watches (an admission policy or RBAC fixed by an operator); a
+parked key does not keep `wait_idle` waiting. Any other exception counts as retriable.
 Used by cdctl.controller.manager with the ComputeDomain uid as key.
 """
 
@@ -41,6 +43,7 @@ class KeyedQueue:
         workers: int = 16,
         min_delay_s: float = 0.005,
         max_delay_s: float = 30.0,
+        recheck_s: float = 60.0,
         on_outcome: Callable[[Outcome], None] | None = None,
         describe: Callable[[str], dict[str, Any]] | None = None,
     ) -> None:
@@ -48,6 +51,7 @@ class KeyedQueue:
         self._workers = workers
         self._min_delay_s = min_delay_s
         self._max_delay_s = max_delay_s
+        self._recheck_s = recheck_s
         self._on_outcome = on_outcome
         self._describe = describe or (lambda key: {"key": key})
         self._ready: asyncio.Queue[str] = asyncio.Queue()
@@ -56,6 +60,7 @@ class KeyedQueue:
         self._dirty: set[str] = set()
         self._failures: dict[str, int] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}  # key -> pending delayed add
+        self._parked: dict[str, asyncio.TimerHandle] = {}  # key -> its re-check after a permanent failure
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -67,10 +72,15 @@ class KeyedQueue:
     def failures(self, key: str) -> int:
         return self._failures.get(key, 0)
 
+    def parked(self) -> list[str]:
+        """Keys that failed permanently, waiting for a change or their re-check."""
+        return sorted(self._parked)
+
     def add(self, key: str) -> None:
-        timer = self._timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
+        for timers in (self._timers, self._parked):
+            timer = timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
         if key in self._running:
             self._dirty.add(key)
             return
@@ -95,6 +105,10 @@ class KeyedQueue:
 
     def _fire(self, key: str) -> None:
         self._timers.pop(key, None)
+        self.add(key)
+
+    def _recheck(self, key: str) -> None:
+        self._parked.pop(key, None)
         self.add(key)
 
     def backoff_s(self, key: str) -> float:
@@ -129,7 +143,9 @@ class KeyedQueue:
             except PermanentError as exc:
                 self._failures.pop(key, None)
                 outcome = Outcome(key, "permanent", loop.time() - started, exc)
-                log.error("reconcile failed permanently", **self._describe(key), error=str(exc))
+                log.error("reconcile failed permanently", **self._describe(key), error=str(exc),
+                          recheck_in_s=self._recheck_s)  # fmt: skip
+                self._parked[key] = loop.call_later(self._recheck_s, self._recheck, key)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

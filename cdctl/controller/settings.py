@@ -52,6 +52,9 @@ class ControllerSettings:
     retention_interval_s: float = 3600.0
     workers: int = 64  # reconciles in flight: more share each event-log commit (bench/controller)
     cleanup_interval_s: float = 600.0
+    # A domain whose reconcile failed permanently (a 422 or 403: an admission policy, RBAC) runs again on its
+    # next change or after this long, as what refused it may be fixed where the controller does not watch.
+    recheck_failed_s: float = 60.0
     watch_timeout_s: int = 300
     batch_window_s: float = 0.1  # changes to one domain within this window are reconciled (and written) once
     rack_domains: bool = False  # one ComputeDomain per rack, created when its first node appears

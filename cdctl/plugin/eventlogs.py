@@ -1,6 +1,9 @@
 """The event logs the kubelet plugin serves on its HTTP port (cdctl.store.logserver): its own and its node's
 IMEX daemons'.
 
+Under channel isolation the node's shared IMEX daemon writes its log at `<plugin dir>/shared-imex/events.db`,
+served as `daemon/shared-imex` with no domain uid: it serves every domain of the clique.
+
 A live daemon writes its log at `/imexd/events.db`, which is `<plugin dir>/domains/<domain uid>/events.db` on
 the node; when the domain is gone the plugin keeps it as `<plugin dir>/imex-history/<domain uid>.db`
 (cdctl.plugin.prepare). Both are served, named `daemon/<domain uid>`, as `live` and `kept`. The domain
@@ -16,6 +19,7 @@ import re
 import stat
 from pathlib import Path
 
+from cdctl.api.shareddaemon import SHARED_DIR
 from cdctl.plugin.prepare import DAEMON_LOG, IMEX_HISTORY
 from cdctl.store.export import LogRef
 
@@ -33,7 +37,8 @@ def _regular(path: Path) -> bool:
 
 
 def served_logs(plugin_dir: Path, own: Path) -> list[LogRef]:
-    """The plugin's log, then its node's daemon logs (live ones first where a domain has both)."""
+    """The plugin's log, then its node's daemon logs: the live ones, the shared daemon's, the kept ones (a
+    domain's live log wins over its kept copy)."""
     logs = [LogRef(PLUGIN_LOG, COMPONENT, own)]
     seen: set[str] = set()
     domains = plugin_dir / "domains"
@@ -43,6 +48,9 @@ def served_logs(plugin_dir: Path, own: Path) -> list[LogRef]:
             if _UID.match(entry.name) and not entry.is_symlink() and _regular(path):
                 logs.append(LogRef(f"daemon/{entry.name}", DAEMON_COMPONENT, path, entry.name, "live"))
                 seen.add(entry.name)
+    shared = plugin_dir / SHARED_DIR / DAEMON_LOG
+    if not (plugin_dir / SHARED_DIR).is_symlink() and _regular(shared):
+        logs.append(LogRef(f"daemon/{SHARED_DIR}", DAEMON_COMPONENT, shared, "", "live"))
     history = plugin_dir / IMEX_HISTORY
     if history.is_dir():
         for path in sorted(history.glob("*.db")):

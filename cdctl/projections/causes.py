@@ -227,12 +227,52 @@ def _prepare_wait(history: History, node: str, kind: str, start: datetime, end: 
     failures = history.claim_failures(node, kind, min([start, *first_asked]), end)
     if not failures:
         return _asked_late(history, node, kind, start, end)
-    last = failures[-1]
+    runs = _refusal_runs(failures, end)
+    longest = max(runs, key=lambda run: run[2])  # the refusals that held the claim the longest
+    chain = _refused(history, node, kind, longest, start, end)
+    final = runs[-1]
+    if final is not longest:  # what refused it last, after the longest run of refusals
+        chain += _refused(history, node, kind, final, start, end)[:1]
+    return chain
+
+
+def _refusal_runs(failures: list[Line], end: datetime) -> list[tuple[str, list[Line], float]]:
+    """Consecutive refusals of one cause: (code, lines, seconds until the next run began or `end`)."""
+    runs: list[tuple[str, list[Line]]] = []
+    for line in failures:
+        code = _refusal_code(line)
+        if runs and runs[-1][0] == code:
+            runs[-1][1].append(line)
+        else:
+            runs.append((code, [line]))
+    ends = [lines[0].event.recorded_at for _, lines in runs[1:]] + [end]
+    return [
+        (code, lines, (until - lines[0].event.recorded_at).total_seconds())
+        for (code, lines), until in zip(runs, ends, strict=True)
+    ]
+
+
+def _refusal_code(line: Line) -> str:
+    if line.event.type == "ClaimPrepareFenced":
+        return "prepare-fenced"
+    return classify(str(line.event.data.get("reason", ""))) or "api-error"
+
+
+def _refused(
+    history: History,
+    node: str,
+    kind: str,
+    run: tuple[str, list[Line], float],
+    start: datetime,
+    end: datetime,
+) -> list[Cause]:
+    """A run of refusals of one cause, and what that cause follows back to."""
+    code, lines, lasted = run
+    last = lines[-1]
     reason = str(last.event.data.get("reason", ""))
-    if last.event.type == "ClaimPrepareFenced":
-        return [_cause("prepare-fenced", f"a stale Prepare of the {kind} claim was fenced: {reason}", last)]
-    code = classify(reason) or "api-error"
-    times = f" ({len(failures)} refusals)" if len(failures) > 1 else ""
+    if code == "prepare-fenced":
+        return [_cause(code, f"a stale Prepare of the {kind} claim was fenced: {reason}", last)]
+    times = f" ({len(lines)} refusals over {lasted:.2f} s)" if len(lines) > 1 else ""
     said = f"the {kind} claim's Prepare was refused{times}, last at {clock(last.event.recorded_at)}: {reason}"
     chain = [_cause(code, said, last)]
     if code in ("node-not-ready", "daemon-not-ready"):
@@ -241,11 +281,12 @@ def _prepare_wait(history: History, node: str, kind: str, start: datetime, end: 
         exhausted = history.anywhere(("ImexChannelsExhausted",), start - _LOOKBACK, end)
         if exhausted:
             data = exhausted[-1].event.data
+            count = data.get("channel_count")
+            usable = f"1 to {count - 1}; 0 is never handed out" if isinstance(count, int) else "its limit"
             chain.append(
                 _cause(
                     "channels-exhausted",
-                    f"every one of the {data.get('channel_count')} channels"
-                    f" of clique {data.get('clique_id')} was held by other domains",
+                    f"every channel of clique {data.get('clique_id')} ({usable}) was held by other domains",
                     exhausted[-1],
                 )
             )

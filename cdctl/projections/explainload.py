@@ -18,15 +18,19 @@ from cdctl.projections.formation import LABELS, formation_view
 from cdctl.projections.timeline import EventSource, Line, parse_subject, resolve_uid, timeline
 
 COMMAND = "cdctl explain"
-# Which component's log tells each milestone (a note when a file holds none of one).
+# Which component's log tells each milestone: a note when a file has none of one and lacks that log (a file
+# that has it lacks the milestone for another reason: host-managed IMEX and channel isolation have no
+# per-domain daemons).
 TOLD_BY = {
-    "labelled": "the controller's log",
-    "daemon-claim": "the kubelet plugins' logs",
-    "daemon-started": "the IMEX daemons' logs",
-    "listed": "the controller's log",
-    "ready": "the controller's log",
-    "worker": "the kubelet plugins' logs",
+    "labelled": ("controller", "the controller's log"),
+    "daemon-claim": ("kubelet-plugin", "the kubelet plugins' logs"),
+    "daemon-started": ("daemon", "the IMEX daemons' logs"),
+    "listed": ("controller", "the controller's log"),
+    "ready": ("controller", "the controller's log"),
+    "worker": ("kubelet-plugin", "the kubelet plugins' logs"),
 }
+# The component an event's actor names (cdctl.domain.events.Actor) -> the component of a collected source.
+_ACTOR_COMPONENTS = {"cdctl-controller": "controller", "compute-domain-daemon": "daemon"}
 
 
 async def load_explanations(events: EventSource, subject: str) -> list[Explanation]:
@@ -65,8 +69,11 @@ async def _domain(events: EventSource, subject: str, uid: str) -> Explanation:
             "the controller's observation of the domain is not in this file: times count from its"
             " first event here"
         )
+    held = await _components(events)
     for key in view.missing:  # in milestone order
-        out.notes.append(f"no node has '{LABELS[key]}' here: {TOLD_BY[key]} would tell it")
+        component, log = TOLD_BY[key]
+        if component not in held:
+            out.notes.append(f"no node has '{LABELS[key]}' here: {log} would tell it")
     out.notes += await _horizons(events) + await _missing_sources(events, [r.name for r in view.nodes], uid)
     return out
 
@@ -123,6 +130,17 @@ async def _pod(events: EventSource, subject: str, rest: str) -> list[Explanation
     return [await _claim(events, subject, str(row[0])) for row in rows]
 
 
+async def _components(events: EventSource) -> set[str]:
+    """The components whose logs the file holds: a collected file's sources, or the actors of one log."""
+    if events.collected:
+        return {str(row[0]) for row in await events.query("SELECT DISTINCT component FROM sources", [])}
+    rows = await events.query(
+        "SELECT DISTINCT json_extract(metadata, '$.actor.component') FROM events WHERE json_valid(metadata)",
+        [],
+    )
+    return {_ACTOR_COMPONENTS.get(str(row[0]), str(row[0])) for row in rows if row[0]}
+
+
 async def _horizons(events: EventSource) -> list[str]:
     """A note for each log in the file that was compacted: its first kept position and time."""
     source = "source" if events.collected else "''"
@@ -151,10 +169,13 @@ async def _missing_sources(events: EventSource, nodes: list[str], domain_uid: st
     out = []
     if "controller" not in components:
         out.append("no controller source: it would have told the labels, clique entries and Ready daemons")
+    # Per-domain daemons are the domain's when some node's daemon log of it is here (host-managed IMEX and
+    # channel isolation have none; a file with none of them gets no note for each node).
+    own_daemons = bool(domain_uid) and any(n.startswith("daemon/") and f"/{domain_uid}" in n for n in names)
     for node in nodes:
         if f"kubelet-plugin/{node}" not in names:
             out.append(f"no kubelet-plugin/{node} source: it would have told that node's prepares")
         daemon = f"daemon/{node}/{domain_uid}"
-        if domain_uid and "daemon" in components and not any(n.startswith(daemon) for n in names):
+        if own_daemons and not any(n.startswith(daemon) for n in names):
             out.append(f"no {daemon} source: it would have told IMEX's starts and restarts on {node}")
     return out

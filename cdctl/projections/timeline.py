@@ -205,4 +205,9 @@ def _node(events: EventSource, name: str) -> tuple[str, list[Any]]:
     if events.collected:
         condition += " OR (node = ? AND component IN ('kubelet-plugin', 'daemon'))"
         params.append(name)
+    else:  # a plugin's own log: the whole stream of each claim prepared there (a fence names no node)
+        condition += (
+            " OR stream IN (SELECT stream FROM events WHERE stream GLOB 'claim/*' AND instr(data, ?) > 0)"
+        )
+        params.append(f'"{name}"')
     return condition, params

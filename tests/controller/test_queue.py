@@ -74,7 +74,7 @@ async def test_changes_while_waiting_or_running_coalesce() -> None:
     assert runs == ["k", "k"]
 
 
-async def test_retriable_errors_are_retried_and_permanent_ones_dropped() -> None:
+async def test_retriable_errors_are_retried_and_permanent_ones_parked() -> None:
     attempts: dict[str, int] = {}
     outcomes: list[Outcome] = []
 
@@ -97,6 +97,35 @@ async def test_retriable_errors_are_retried_and_permanent_ones_dropped() -> None
     assert [o.result for o in outcomes if o.key == "flaky"] == ["retry", "retry", "success"]
     assert [o.result for o in outcomes if o.key == "broken"] == ["permanent"]
     assert queue.failures("flaky") == 0
+    assert queue.parked() == ["broken"], "a parked key does not keep wait_idle waiting"
+
+
+async def test_a_parked_key_runs_again_on_its_next_change_or_after_its_recheck() -> None:
+    """A permanent refusal may come from what the controller does not watch (a policy, RBAC): the key runs
+    again after `recheck_s` all the same; a change in between runs it at once and the re-check is dropped."""
+    runs: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def handler(key: str) -> None:
+        runs.append(loop.time())
+        if len(runs) < 3:
+            raise PermanentError("refused by a policy")
+
+    queue = KeyedQueue(handler, workers=1, recheck_s=0.2)
+    task = await run_queue(queue)
+    queue.add("k")
+    await queue.wait_idle()
+    assert len(runs) == 1 and queue.parked() == ["k"]
+    await asyncio.sleep(0.3)
+    await queue.wait_idle()
+    assert len(runs) == 2, "the re-check ran it again"
+    assert runs[1] - runs[0] >= 0.2
+    queue.add("k")  # a change before the next re-check: runs now, succeeds
+    await queue.wait_idle()
+    assert len(runs) == 3 and queue.parked() == []
+    await asyncio.sleep(0.3)
+    await stop(task)
+    assert len(runs) == 3, "the re-check of the parked run was cancelled by the change"
 
 
 def test_backoff_doubles_per_failure_with_bounded_jitter() -> None:

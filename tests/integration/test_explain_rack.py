@@ -4,6 +4,7 @@ and a collected file that lacks a node's plugin says which source would have tol
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -75,10 +76,62 @@ async def test_faults_injected_while_the_domain_forms_are_what_explain_finds(
     assert "the kubelet plugin started again (a reboot or a crash)" in said, said
 
 
+async def test_a_domain_that_waits_for_a_held_channel_is_explained_by_exhausted_channels(
+    work_dir: Path,
+) -> None:
+    """channels-exhausted: another team's domain holds the clique's one free channel from before the rack's
+    domain is created; the domain waits until it is released, and explain follows the plugin's refusal to the
+    controller's ImexChannelsExhausted. The holder leaves nothing behind (the rack's checks)."""
+    code, output = await run_cdctl(
+        "sim", "rack", "--nodes", "2", "--keep", str(work_dir), "--isolation", "channel",
+        "--fault", "channels-exhausted:gb200-r00-n01",
+    )  # fmt: skip
+    assert code == 0, output
+    text = " ".join(output.split())
+    assert "every check held" in text
+    assert "waiting for an IMEX channel for ComputeDomain team-a/cd-a" in text, "the summary ends with it"
+    code, said = await run_cdctl(
+        "explain", "--db", str(work_dir / "collected.db"), "computedomain/team-a/cd-a", "-o", "json"
+    )
+    assert code == 0, said
+    [explained] = json.loads(said)
+    exhausted = [c for c in explained["causes"] if c["code"] == "channels-exhausted"]
+    assert [c["evidence"]["type"] for c in exhausted] == ["ClaimPrepareFailed", "ImexChannelsExhausted"]
+    assert "(1 to 1; 0 is never handed out) was held by other domains" in exhausted[1]["text"]
+    assert explained["critical_path"]["steps"][-1]["wait_s"] >= 3.0, "it waited for the holder's release"
+    assert not any("would tell it" in note for note in explained["notes"]), (
+        "a collected file with the controller and the plugins lacks no log: channel isolation has no daemons"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        ([], "--fault channels-exhausted needs --isolation channel"),
+        (
+            ["--isolation", "channel", "--imex-channel-count", "3"],
+            "needs --imex-channel-count at most --domains + 1 (2): with 3, no domain would wait",
+        ),
+    ],
+)
+async def test_exhausted_channels_need_channel_isolation_and_one_channel_per_domain(
+    work_dir: Path, flags: list[str], said: str
+) -> None:
+    code, output = await run_cdctl(
+        "sim", "rack", "--nodes", "2", "--keep", str(work_dir), "--fault", "channels-exhausted:gb200-r00-n00",
+        *flags,
+    )  # fmt: skip
+    assert code == 2
+    assert said in " ".join(output.split())
+
+
 @pytest.mark.parametrize(
     ("fault", "said"),
     [
-        ("melt:gb200-r00-n00", "is not KIND:NODE[:SECONDS] (KIND: slow-node, imex-crash, power-loss)"),
+        (
+            "melt:gb200-r00-n00",
+            "is not KIND:NODE[:SECONDS] (KIND: slow-node, imex-crash, power-loss, channels-",
+        ),
         ("slow-node:gb200-r09-n00", "no GPU node 'gb200-r09-n00' in this rack"),
         ("slow-node:gb200-r00-n00:soon", "SECONDS 'soon' is not a number"),
         ("power-loss:gb200-r00-n00:0", "SECONDS must be above 0 and at most 300"),

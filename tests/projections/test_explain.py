@@ -154,7 +154,7 @@ def test_a_worker_refused_while_its_node_was_not_ready_is_traced_through_its_dae
     out = story.explain()
     assert out.longest is not None and out.longest.key == "worker"
     assert codes(out)[:2] == ["node-not-ready", "daemon-not-ready"]
-    assert "(3 refusals)" in out.chain[0].text
+    assert "(3 refusals over 3.70 s)" in out.chain[0].text
     assert "its IMEX daemon turned Ready only at 06:00:01.0" in out.chain[1].text
     assert out.chain[1].evidence is not None and out.chain[1].evidence.source == CONTROLLER
 
@@ -192,7 +192,24 @@ def test_exhausted_channels_are_traced_to_the_controllers_record() -> None:
     )
     out = story.explain()
     assert codes(out)[:2] == ["channels-exhausted", "channels-exhausted"]
-    assert "every one of the 4 channels of clique c1" in out.chain[1].text
+    assert "every channel of clique c1 (1 to 3; 0 is never handed out) was held by other domains" in (
+        out.chain[1].text
+    )
+
+
+def test_the_refusals_that_held_a_claim_longest_come_first_and_the_last_ones_after() -> None:
+    """Waiting 2 s for a channel, then refused once more because the shared daemon was not ready yet: the
+    channel is the cause, and the last refusal is told after it."""
+    story = Story()
+    story.node("n1", "10.0.0.1", worker=3.0)
+    for at in (0.5, 1.0, 1.5, 2.0):
+        story.refused(at, "n1", "waiting for an IMEX channel for ComputeDomain team/cd in clique c1")
+    story.refused(2.6, "n1", "the shared IMEX daemon on this node is not ready (clique c1)")
+    out = story.explain()
+    assert codes(out)[0] == "channels-exhausted"
+    assert "(4 refusals over 2.10 s)" in out.chain[0].text
+    assert out.chain[-1].code == "daemon-not-ready"
+    assert "shared IMEX daemon on this node is not ready" in out.chain[-1].text
 
 
 def test_a_fenced_stale_prepare_is_named() -> None:

@@ -7,10 +7,14 @@ has a cause to find (docs/explain.md):
   back-off, and the node is Ready only then (cause `imex-crashed`).
 - `power-loss`: the node loses power once its daemon runs and boots again SECONDS later (default 2); its
   plugin starts again (cause `node-lost`).
-Exhausted channels are no fault here: a domain waiting for a channel would keep the rack's scenario, which
-waits for every domain, from ending (docs/explain.md says where that cause is staged). `parse_fault`
-refuses a bad value naming `--fault`; `during_formation(faults)` is the scenario's hook
-(cdctl.sim.rack.scenario.run_scenario). Used by cdctl.cli.sim and cdctl.sim.rack.rackcommand.
+- `channels-exhausted` (channel isolation): another team's domain with a pod on the node holds a channel of
+  its clique from before the rack's domains are created (cdctl.sim.rack.channelholder) and is deleted SECONDS
+  (default 3) after they are. The rack then has one channel per domain (`--imex-channel-count` is
+  `--domains` + 1 unless given, and may not be more), so one domain waits for a channel until the holder's is
+  released (cause `channels-exhausted`).
+`parse_fault` refuses a bad value naming `--fault`; `FormationFaults(faults)` gives the scenario its hooks,
+`before` (ahead of the domains) and `during` (while they form; cdctl.sim.rack.scenario.run_scenario). Used
+by cdctl.cli.sim and cdctl.sim.rack.rackcommand.
 """
 
 from __future__ import annotations
@@ -19,15 +23,18 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cdctl.domain.errors import InvalidInput
+from cdctl.sim.rack.channelholder import Holder, hold_channel, release
 from cdctl.sim.rack.faults import kill_kubelet, power_off, power_on
 from cdctl.sim.rack.launch import Rack
 
-KINDS = {"slow-node": 3.0, "imex-crash": 0.0, "power-loss": 2.0}  # kind -> default SECONDS
+CHANNELS_EXHAUSTED = "channels-exhausted"
+# kind -> default SECONDS
+KINDS = {"slow-node": 3.0, "imex-crash": 0.0, "power-loss": 2.0, CHANNELS_EXHAUSTED: 3.0}
 FLAG = "--fault"
 POLL_S = 0.05
 WAIT_FOR_IMEX_S = 60.0
@@ -67,27 +74,40 @@ def parse_fault(text: str, nodes: Sequence[str]) -> FormationFault:
     return FormationFault(kind, node, seconds)
 
 
-def during_formation(faults: Sequence[FormationFault]) -> Callable[[Rack], Awaitable[None]]:
-    """The scenario's hook: each fault at its moment, side by side."""
+class FormationFaults:
+    """The scenario's hooks for a run's faults: `before` ahead of its domains, `during` while they form."""
 
-    async def inject(rack: Rack) -> None:
-        await asyncio.gather(*(_inject(rack, fault) for fault in faults))
+    def __init__(self, faults: Sequence[FormationFault]) -> None:
+        self.faults = list(faults)
+        self.holders: dict[FormationFault, Holder] = {}
 
-    return inject
+    async def before(self, rack: Rack) -> None:
+        for fault in self.faults:
+            if fault.kind == CHANNELS_EXHAUSTED:
+                self.holders[fault] = await hold_channel(rack, fault.node)
 
+    async def during(self, rack: Rack) -> None:
+        """Each fault at its moment, side by side."""
+        await asyncio.gather(*(self._inject(rack, fault) for fault in self.faults))
 
-async def _inject(rack: Rack, fault: FormationFault) -> None:
-    if fault.kind == "slow-node":
-        await kill_kubelet(rack, fault.node, down_s=fault.seconds)
-        return
-    pid = await _imex_of(rack, fault.node)
-    if fault.kind == "imex-crash":
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        return
-    await power_off(rack, fault.node)
-    await asyncio.sleep(fault.seconds)
-    await power_on(rack, fault.node)
+    async def _inject(self, rack: Rack, fault: FormationFault) -> None:
+        if fault.kind == "slow-node":
+            await kill_kubelet(rack, fault.node, down_s=fault.seconds)
+            return
+        if fault.kind == CHANNELS_EXHAUSTED:
+            holder = self.holders.get(fault)
+            if holder is not None:  # None: `before` failed, and said so
+                await asyncio.sleep(fault.seconds)
+                await release(rack, holder)
+            return
+        pid = await _imex_of(rack, fault.node)
+        if fault.kind == "imex-crash":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            return
+        await power_off(rack, fault.node)
+        await asyncio.sleep(fault.seconds)
+        await power_on(rack, fault.node)
 
 
 async def _imex_of(rack: Rack, node: str) -> int:

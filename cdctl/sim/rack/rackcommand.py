@@ -31,7 +31,7 @@ from cdctl.domain.errors import InvalidInput
 from cdctl.domain.racks import rack_domain_name
 from cdctl.invocation import cdctl_command
 from cdctl.sim.node.topology import GPUS_PER_NODE, build_topology
-from cdctl.sim.rack.formationfaults import FormationFault, during_formation, parse_fault
+from cdctl.sim.rack.formationfaults import CHANNELS_EXHAUSTED, FormationFault, FormationFaults, parse_fault
 from cdctl.sim.rack.launch import Rack, RackStartError
 from cdctl.sim.rack.liveview import LiveView, summary
 from cdctl.sim.rack.scenario import DomainPlan, ScenarioReport, run_scenario
@@ -101,15 +101,20 @@ async def _run(
             console.print(
                 f"rack up in {rack.timings.cluster_s + rack.timings.components_s:.1f} s; running the scenario"
             )
-            injected = during_formation(faults) if faults else None
+            hooks = FormationFaults(faults)
+            before, during = (hooks.before, hooks.during) if faults else (None, None)
             if faults:
                 console.print(f"injecting while the domain forms: {', '.join(str(f) for f in faults)}")
             if hold_s > 0:  # the live view would redraw over the printed commands
                 held = holding(console, plans, hold_s)
-                report = await run_scenario(rack, plans, while_formed=held, during_formation=injected)
+                report = await run_scenario(
+                    rack, plans, while_formed=held, during_formation=during, before_formation=before
+                )
             else:
                 with LiveView(console) as view:
-                    report = await run_scenario(rack, plans, observe=view, during_formation=injected)
+                    report = await run_scenario(
+                        rack, plans, observe=view, during_formation=during, before_formation=before
+                    )
             console.print("collecting the rack's event logs to draw the formation timeline")
             report.timelines = await draw_timelines(rack, [(p.namespace, p.name) for p in plans])
     except RackStartError as error:
@@ -134,9 +139,32 @@ class RackOptions:
     imex_channel_count: int | None = None
     faults: tuple[str, ...] = ()  # --fault KIND:NODE[:SECONDS] (cdctl.sim.rack.formationfaults)
 
+    @property
+    def channel_holders(self) -> int:
+        """--fault channels-exhausted given: another team's domain holds a channel (and a GPU)."""
+        return sum(1 for text in self.faults if text.split(":")[0] == CHANNELS_EXHAUSTED)
+
+    def channel_count(self) -> int | None:
+        """The rack's --imex-channel-count: one channel per domain under channels-exhausted, unless given."""
+        if self.imex_channel_count is None and self.channel_holders:
+            return self.domains + 1
+        return self.imex_channel_count
+
     def problem(self, nodes: int, rack_domains: bool) -> str | None:
         """Why these options cannot run, naming the flag; None when they can."""
         channel = self.isolation == ImexIsolation.CHANNEL.value
+        if self.channel_holders:
+            fault = f"--fault {CHANNELS_EXHAUSTED}"
+            if not channel:
+                return f"{fault} needs --isolation channel (a channel is what it holds)"
+            if self.channel_holders > 1:
+                return f"{fault} can be given once"
+            count = self.channel_count() or 0
+            if count > self.domains + 1:
+                return (
+                    f"{fault} needs --imex-channel-count at most --domains + 1 ({self.domains + 1}): with "
+                    f"{count}, no domain would wait for a channel"
+                )
         if not channel:
             flags = [
                 flag
@@ -154,17 +182,22 @@ class RackOptions:
             return "--rack-domains and --isolation channel cannot be combined"
         if self.pods(nodes) < 1:
             return f"--domains {self.domains} leaves no GPU for a pod on {nodes} nodes"
-        if self.pods(nodes) * self.domains > nodes * GPUS_PER_NODE:
+        if self.pods(nodes) * self.domains > self._gpus(nodes):
             return (
                 f"--domains {self.domains} x --pods-per-domain {self.pods(nodes)} single-GPU pods do not fit "
-                f"the {nodes * GPUS_PER_NODE} GPUs of a {nodes}-node rack"
+                f"the {self._gpus(nodes)} GPUs of a {nodes}-node rack"
+                + (f" that {CHANNELS_EXHAUSTED} leaves free" if self.channel_holders else "")
             )
         return None
 
     def pods(self, nodes: int) -> int:
         if self.pods_per_domain is not None:
             return self.pods_per_domain
-        return nodes * GPUS_PER_NODE // self.domains
+        return self._gpus(nodes) // self.domains
+
+    def _gpus(self, nodes: int) -> int:
+        """The GPUs the rack's domains may use: the holder's pod takes one."""
+        return nodes * GPUS_PER_NODE - self.channel_holders
 
 
 def shared_rack_plans(nodes: int, racks: int, options: RackOptions) -> list[DomainPlan]:
@@ -221,7 +254,7 @@ def run_rack_command(
         mode=mode,
         rack_domains_namespace=namespace,
         isolation=options.isolation,
-        imex_channel_count=options.imex_channel_count,
+        imex_channel_count=options.channel_count(),
     )
     if settings.channel_isolation:
         plans = shared_rack_plans(nodes, racks, options)

@@ -384,11 +384,20 @@ async def run_scenario(
     timeout_s: float = 180.0,
     while_formed: Callable[[Rack], Awaitable[None]] | None = None,
     during_formation: Callable[[Rack], Awaitable[None]] | None = None,
+    before_formation: Callable[[Rack], Awaitable[None]] | None = None,
 ) -> ScenarioReport:
-    """Form the plans' domains (running `during_formation` beside, faults to inject while they form), run
-    `while_formed` (a fault to inject once formed, say) if given, tear them down."""
+    """Run `before_formation` (a fault to set up ahead of the domains), form the plans' domains (running
+    `during_formation` beside, faults to inject while they form), run `while_formed` (a fault to inject once
+    formed, say) if given, tear them down."""
     runner = _Runner(rack, plans, observe, timeout_s)
     try:
+        if before_formation is not None:
+            try:
+                await before_formation(rack)
+            except Exception as error:  # the fault's own failure: said, and the domains formed without it
+                runner.report.problems.append(
+                    f"setting up the faults failed: {type(error).__name__}: {error}"
+                )
         if during_formation is not None:
             await _forming_with(runner, during_formation(rack))
         else:
