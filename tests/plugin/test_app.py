@@ -24,6 +24,7 @@ from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import SqliteEventStore
 from tests.plugin.conftest import SIM_NODE as NODE
+from tests.plugin.explained import node_problems
 from tests.plugin.fakes import imex_ready as imex_ready_gate
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -109,6 +110,8 @@ async def test_late_fabric_and_lost_slice(env: tuple[ApiServer, KubeApi, Path]) 
     finally:
         await store.close()
     assert [tuple(r) for r in rows] == [(0, 1, ""), (1, 0, f"{U}.7")]
+    problems = await node_problems(Path(process.cfg.db_path), NODE)
+    assert any(p.startswith("the NVLink fabric was not ready:") for p in problems), problems
 
 
 async def seed_claim(api: KubeApi, clique: str) -> tuple[str, str]:

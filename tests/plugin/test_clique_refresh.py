@@ -18,6 +18,7 @@ from cdctl.plugin import nvml
 from cdctl.plugin.app import PluginProcess
 from cdctl.sim.apiserver.server import ApiServer
 from tests.plugin.conftest import SIM_NODE as NODE
+from tests.plugin.explained import node_problems
 from tests.plugin.test_app import SLICES, U, config, event_reasons, slice_devices, until
 
 
@@ -102,6 +103,21 @@ async def test_a_clique_change_restarts_a_plugin_that_watches_by_clique(
         await task  # returns: the container restarts and follows the new clique's objects
     assert process.restart_requested.is_set()
     assert "NVLinkCliqueChanged" in await event_reasons(api)
+    stop = asyncio.Event()  # the restarted container, in the new clique
+    again = PluginProcess(process.cfg, device_lib=fake)
+    task = asyncio.create_task(again.run(stop))
+    try:
+        await until(lambda: _in_clique(again, f"{U}.9"), "started in the new clique")
+    finally:
+        stop.set()
+        await task
+    # cdctl explain tells the restart from a lost node: the clique it started in is another.
+    problems = await node_problems(Path(process.cfg.db_path), NODE)
+    assert f"the NVLink clique of {NODE} changed from {U}.7 to {U}.9: its plugin restarted at" in problems[-1]
+
+
+async def _in_clique(process: PluginProcess, clique: str) -> bool:
+    return process.fabric is not None and process.fabric.clique_id == clique and process.state is not None
 
 
 async def test_single_node_system_in_progress_publishes_channel_0_at_once(

@@ -15,10 +15,9 @@ from cdctl.plugin.checkpoint import ClaimBook
 from cdctl.plugin.devices import parse_claim
 from cdctl.plugin.prepare import DeviceState
 from cdctl.plugin.preparesettings import FabricStatus, PrepareFenced
-from cdctl.projections.explainload import load_explanations
-from cdctl.projections.timeline import EventSource
 from cdctl.store.sqlite import SqliteEventStore
 from tests.plugin.conftest import CLIQUE, node_settings
+from tests.plugin.explained import explained, node_problems
 from tests.plugin.fakes import DOM1, FakeCluster, FakeGates, channel_claim, daemon_pod
 
 
@@ -42,13 +41,12 @@ async def test_a_stale_prepare_fenced_by_the_plugin_is_what_explain_names(tmp_pa
         with pytest.raises(PrepareFenced):
             await state.prepare(claim, fence)  # the old call's retry
         assert await state.prepare(claim, state.book.version("c1"))  # a new call is served
-    async with await SqliteEventStore.open(db, read_only=True) as store:
-        events = EventSource(lambda sql, params: store.query(sql, params), False, str(db))
-        [for_claim] = await load_explanations(events, "claim/c1")
-        [for_node] = await load_explanations(events, f"node/{settings.node}")
+    for_claim = await explained(db, "claim/c1")
     fenced = [cause for cause in for_claim.chain if cause.code == "prepare-fenced"]
     assert fenced, for_claim.text()
     assert "unprepared after this prepare began; refusing a stale prepare" in fenced[0].text
     assert fenced[0].evidence is not None and fenced[0].evidence.type == "ClaimPrepareFenced"
-    problems = [text for text, _ in for_node.facts if "a stale Prepare was fenced" in text]
-    assert problems, for_node.text()
+    problems = await node_problems(db, settings.node)
+    assert any(
+        p.startswith("a stale Prepare was fenced: claim default/rc:c1 was unprepared") for p in problems
+    )
