@@ -1,16 +1,15 @@
-"""Running asyncio work safely: `run_until_first_ends` (several pieces as one), `wait_at_most`, `poll_until`.
+"""Running asyncio work safely: `run_until_first_ends` (several pieces as one) and `wait_at_most`.
 
 `run_until_first_ends` is used by the controller (cdctl.controller.manager: following the cluster beside
 leading, holding the Lease beside reconciling) and the IMEX daemon (cdctl.daemon.app: the peer watch, the
 readiness monitor, the supervisor's failure and the stop signal). `wait_at_most` replaces
-`asyncio.wait_for` everywhere (the controller, the daemon, the simulator's parts). `poll_until` asks a probe
-of state no event announces (another process's, the simulated store's) until it answers: the rack's faults.
+`asyncio.wait_for` everywhere (the controller, the daemon, the simulator's parts).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -40,17 +39,3 @@ async def wait_at_most(awaitable: Awaitable[T], timeout_s: float) -> T:
     cancellations and always lets the caller's through."""
     async with asyncio.timeout(timeout_s):
         return await awaitable
-
-
-async def poll_until(
-    probe: Callable[[], T | None], timeout_s: float, failure: str, poll_s: float = 0.05
-) -> T:
-    """`probe()` every `poll_s` until it answers (anything but None or False), which is returned; after
-    `timeout_s`, TimeoutError saying `failure`."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            while not (found := probe()):  # noqa: ASYNC110 - state no event announces
-                await asyncio.sleep(poll_s)
-            return found
-    except TimeoutError:
-        raise TimeoutError(failure) from None

@@ -1,5 +1,4 @@
-"""`wait_at_most` never swallows a cancellation, and no module of the project uses `asyncio.wait_for`;
-`poll_until` returns the first answer or fails saying what did not come.
+"""`wait_at_most` never swallows a cancellation, and no module of the project uses `asyncio.wait_for`.
 
 The leader's renew loop once used wait_for: cancelled in the loop turn in which a renewal finished, it went on
 renewing, so the stopped controller kept its Lease and the standby never took over (a CI failure)."""
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdctl.asynctasks import poll_until, wait_at_most
+from cdctl.asynctasks import wait_at_most
 
 PACKAGE = Path(__file__).resolve().parent.parent / "cdctl"
 
@@ -52,10 +51,3 @@ def test_no_module_of_the_project_calls_asyncio_wait_for() -> None:
             if isinstance(node, ast.Call) and ast.unparse(node.func) == "asyncio.wait_for":
                 callers.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     assert callers == [], "use cdctl.asynctasks.wait_at_most (see its docstring)"
-
-
-async def test_poll_until_returns_the_probes_first_answer_or_fails_saying_what_did_not_come() -> None:
-    answers = iter([None, False, 0, 42, 43])
-    assert await poll_until(lambda: next(answers), 5.0, "never", poll_s=0.001) == 42
-    with pytest.raises(TimeoutError, match=r"^no IMEX ran on n1 within 0\.05 s$"):
-        await poll_until(lambda: None, 0.05, "no IMEX ran on n1 within 0.05 s", poll_s=0.01)

@@ -38,6 +38,7 @@ class PodReadiness:
         self.pod = pod
         self.grace_s = grace_s
         self.written: bool | None = None  # what the pod's condition says, as far as this daemon wrote it
+        self.writes = 0
         self.disabled = ""  # why writing stopped for good
         self._wanted = False
         self._output = ""
@@ -84,4 +85,5 @@ class PodReadiness:
                 continue
             delay = 0.1
             self.written = wanted
+            self.writes += 1
             log.info("pod IMEX readiness set", pod=self.pod, ready=wanted)

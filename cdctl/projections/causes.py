@@ -231,8 +231,8 @@ def _prepare_wait(history: History, node: str, kind: str, start: datetime, end: 
     longest = max(runs, key=lambda run: run[2])  # the refusals that held the claim the longest
     chain = _refused(history, node, kind, longest, start, end)
     final = runs[-1]
-    if final is not longest:  # what refused it last, after the longest run of refusals (not followed back)
-        chain += _refused(history, node, kind, final, start, end, follow=False)
+    if final is not longest:  # what refused it last, after the longest run of refusals
+        chain += _refused(history, node, kind, final, start, end)[:1]
     return chain
 
 
@@ -265,9 +265,8 @@ def _refused(
     run: tuple[str, list[Line], float],
     start: datetime,
     end: datetime,
-    follow: bool = True,
 ) -> list[Cause]:
-    """A run of refusals of one cause, and (`follow`) what that cause follows back to."""
+    """A run of refusals of one cause, and what that cause follows back to."""
     code, lines, lasted = run
     last = lines[-1]
     reason = str(last.event.data.get("reason", ""))
@@ -276,8 +275,6 @@ def _refused(
     times = f" ({len(lines)} refusals over {lasted:.2f} s)" if len(lines) > 1 else ""
     said = f"the {kind} claim's Prepare was refused{times}, last at {clock(last.event.recorded_at)}: {reason}"
     chain = [_cause(code, said, last)]
-    if not follow:
-        return chain
     if code in ("node-not-ready", "daemon-not-ready"):
         chain += _daemon_ready(history, node, start, end)
     elif code == "channels-exhausted":

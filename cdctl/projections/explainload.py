@@ -69,7 +69,7 @@ async def _domain(events: EventSource, subject: str, uid: str) -> Explanation:
             "the controller's observation of the domain is not in this file: times count from its"
             " first event here"
         )
-    held = await _components(events, lines)
+    held = await _components(events)
     for key in view.missing:  # in milestone order
         component, log = TOLD_BY[key]
         if component not in held:
@@ -130,14 +130,15 @@ async def _pod(events: EventSource, subject: str, rest: str) -> list[Explanation
     return [await _claim(events, subject, str(row[0])) for row in rows]
 
 
-async def _components(events: EventSource, lines: list[Line]) -> set[str]:
-    """The components whose logs the file holds: a collected file's sources, or the actors of the subject's
-    lines in one log (one component's, but for the demo's: no need to read the whole log again)."""
+async def _components(events: EventSource) -> set[str]:
+    """The components whose logs the file holds: a collected file's sources, or the actors of one log."""
     if events.collected:
         return {str(row[0]) for row in await events.query("SELECT DISTINCT component FROM sources", [])}
-    actors = (ln.event.metadata.get("actor") for ln in lines if isinstance(ln.event.metadata, dict))
-    named = {str(a.get("component")) for a in actors if isinstance(a, dict) and a.get("component")}
-    return {_ACTOR_COMPONENTS.get(name, name) for name in named}
+    rows = await events.query(
+        "SELECT DISTINCT json_extract(metadata, '$.actor.component') FROM events WHERE json_valid(metadata)",
+        [],
+    )
+    return {_ACTOR_COMPONENTS.get(str(row[0]), str(row[0])) for row in rows if row[0]}
 
 
 async def _horizons(events: EventSource) -> list[str]:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cdctl.projections.explainload import load_explanations
+from cdctl.projections.timeline import EventSource
+from cdctl.store.sqlite import SqliteEventStore
 from tests.controller.harness import DRIVER_NAMESPACE, USER_NAMESPACE, Cluster, eventually
-from tests.explaining import explained
 
 
 async def test_throttled_and_failed_writes_are_the_cause_explain_gives(tmp_path: Path) -> None:
@@ -21,7 +23,9 @@ async def test_throttled_and_failed_writes_are_the_cause_explain_gives(tmp_path:
         )
         assert cluster.server.faults.injected == 3
         await cluster.stop_controller(task)
-    explanation = await explained(db, f"computedomain/{USER_NAMESPACE}/cd1")
+    async with await SqliteEventStore.open(db, read_only=True) as store:
+        events = EventSource(lambda sql, params: store.query(sql, params), False, str(db))
+        [explanation] = await load_explanations(events, f"computedomain/{USER_NAMESPACE}/cd1")
     codes = [cause.code for cause in explanation.chain]
     assert "api-throttled" in codes and "api-error" in codes, explanation.text()
     assert all(c.evidence is not None and c.evidence.type == "DomainActionFailed" for c in explanation.chain)
@@ -65,7 +69,9 @@ async def test_a_write_an_admission_policy_refuses_is_the_cause_explain_gives(tm
             lambda: cluster.get("apps", "daemonsets", DRIVER_NAMESPACE, f"computedomain-daemon-{uid}")
         )
         await cluster.stop_controller(task)
-    explanation = await explained(db, f"computedomain/{USER_NAMESPACE}/cd1")
+    async with await SqliteEventStore.open(db, read_only=True) as store:
+        events = EventSource(lambda sql, params: store.query(sql, params), False, str(db))
+        [explanation] = await load_explanations(events, f"computedomain/{USER_NAMESPACE}/cd1")
     refused = [cause for cause in explanation.chain if cause.code == "admission-refused"]
     assert refused, explanation.text()
     assert "ValidatingAdmissionPolicy 'change-freeze'" in refused[0].text, refused[0].text

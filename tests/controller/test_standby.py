@@ -16,11 +16,12 @@ from structlog.testing import capture_logs
 
 from cdctl.controller.manager import ControllerManager
 from cdctl.domain.events import RecordedEvent
+from cdctl.projections.explainload import load_explanations
+from cdctl.projections.timeline import EventSource
 from cdctl.sim.apiserver.identity import service_account_token
 from cdctl.store.sqlite import SqliteEventStore
 from tests.chart.conftest import chart_policies, chart_rbac
 from tests.controller.harness import DRIVER_NAMESPACE, Cluster, eventually, eventually_async
-from tests.explaining import explained
 
 LEASE_NAME = "cdctl-controller"
 LEASE = {
@@ -138,8 +139,10 @@ async def test_a_standby_records_what_it_sees_writes_nothing_and_takes_over_befo
     assert actions and all(e.position > acquired.position for e in actions)
     assert any(e.stream == f"domain/{uid2}" and e.data["kind"] == "DaemonSet" for e in actions)
     # cdctl explain, from the standby's own log: cd2 waited for the failover, and says so.
-    explanation = await explained(tmp_path / "b.db", f"domain/{uid2}")
-    [failover] = [c for c in explanation.chain if c.code == "controller-failover"]
+    async with await SqliteEventStore.open(tmp_path / "b.db", read_only=True) as store:
+        source = EventSource(lambda sql, params: store.query(sql, params), False, "b.db")
+        [explained] = await load_explanations(source, f"domain/{uid2}")
+    [failover] = [c for c in explained.chain if c.code == "controller-failover"]
     assert failover.evidence is not None and failover.evidence.position == acquired.position
     assert f"took the Lease from {leader.elector.identity} (expired" in failover.text
 

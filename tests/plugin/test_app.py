@@ -23,8 +23,8 @@ from cdctl.plugin.daemonclaims import DOMAINS_DIR
 from cdctl.plugin.pluginconfig import PluginConfig
 from cdctl.sim.apiserver.server import ApiServer
 from cdctl.store import SqliteEventStore
-from tests.explaining import node_problems
 from tests.plugin.conftest import SIM_NODE as NODE
+from tests.plugin.explained import node_problems
 from tests.plugin.fakes import imex_ready as imex_ready_gate
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"

@@ -17,8 +17,8 @@ from cdctl.k8s.rest import KubeApi
 from cdctl.plugin import nvml
 from cdctl.plugin.app import PluginProcess
 from cdctl.sim.apiserver.server import ApiServer
-from tests.explaining import node_problems
 from tests.plugin.conftest import SIM_NODE as NODE
+from tests.plugin.explained import node_problems
 from tests.plugin.test_app import SLICES, U, config, event_reasons, slice_devices, until
 
 

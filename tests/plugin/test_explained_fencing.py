@@ -16,8 +16,8 @@ from cdctl.plugin.devices import parse_claim
 from cdctl.plugin.prepare import DeviceState
 from cdctl.plugin.preparesettings import FabricStatus, PrepareFenced
 from cdctl.store.sqlite import SqliteEventStore
-from tests.explaining import explained, node_problems
 from tests.plugin.conftest import CLIQUE, node_settings
+from tests.plugin.explained import explained, node_problems
 from tests.plugin.fakes import DOM1, FakeCluster, FakeGates, channel_claim, daemon_pod
 
 

@@ -13,11 +13,11 @@ kubelet and the plugin do the rest. Used by cdctl.sim.rack.formationfaults.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cdctl.asynctasks import poll_until
 from cdctl.sim.apiserver.errors import AlreadyExists, NotFound
 from cdctl.sim.apiserver.resources import ResourceType
 from cdctl.sim.rack.checks import CD_GROUP, RESOURCE_GROUP, list_pods
@@ -85,4 +85,9 @@ def _exists(rack: Rack, resource: ResourceType, name: str) -> bool:
 
 
 async def _until(what: str, done: Callable[[], bool]) -> None:
-    await poll_until(done, WAIT_S, f"channels-exhausted fault: {what}: not within {WAIT_S:g} s", POLL_S)
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while not done():  # noqa: ASYNC110 - the store's state, polled
+                await asyncio.sleep(POLL_S)
+    except TimeoutError:
+        raise TimeoutError(f"channels-exhausted fault: {what}: not within {WAIT_S:g} s") from None

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdctl.asynctasks import poll_until
 from cdctl.domain.errors import InvalidInput
 from cdctl.sim.rack.channelholder import Holder, hold_channel, release
 from cdctl.sim.rack.faults import kill_kubelet, power_off, power_on
@@ -115,8 +114,13 @@ async def _imex_of(rack: Rack, node: str) -> int:
     """The pid of the IMEX a daemon runs on `node`, once one does: its config lies in the node's own
     plugin directory (a daemon's container may come from the fork server, not be a child of the runtime)."""
     where = f"{rack.plugin_db(node).parent}/"
-    failure = f"no IMEX ran on {node} within {WAIT_FOR_IMEX_S:g} s"
-    return await poll_until(lambda: _imex_under(where), WAIT_FOR_IMEX_S, failure, POLL_S)
+    try:
+        async with asyncio.timeout(WAIT_FOR_IMEX_S):
+            while (pid := _imex_under(where)) is None:  # noqa: ASYNC110 - another process's state
+                await asyncio.sleep(POLL_S)
+            return pid
+    except TimeoutError:
+        raise TimeoutError(f"no IMEX ran on {node} within {WAIT_FOR_IMEX_S:g} s") from None
 
 
 def _imex_under(where: str) -> int | None:

@@ -1,5 +1,5 @@
-"""What `cdctl explain` says of a subject from one component's own event log: the tests whose real controller
-or plugin produces a cause check it with this (the causes table, docs/explain.md)."""
+"""What `cdctl explain` says of a subject from one plugin's own event log: the plugin tests that produce a
+cause check it with this (the causes table, docs/explain.md)."""
 
 from __future__ import annotations
 
