@@ -44,22 +44,17 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cdctl.projections.cliquestep import clique_step
 from cdctl.projections.explain import Explanation
-from cdctl.projections.formationload import load_view
-from cdctl.projections.timeline import EventSource
 from cdctl.sim.node.proctree import descendants
 from cdctl.sim.node.topology import NODES_PER_RACK
 from cdctl.sim.rack.launch import Rack
 from cdctl.sim.rack.scenario import FORMATION_TARGETS_S, DomainPlan, run_scenario
 from cdctl.sim.rack.settings import RackSettings
 from cdctl.sim.rack.timelines import draw_timelines
-from cdctl.store.collected import CollectedFile
 
 RESULTS = Path(__file__).parent / "results"
 TARGETS_S = FORMATION_TARGETS_S
@@ -163,19 +158,6 @@ def critical_path(explanation: Explanation | None) -> dict[str, Any] | None:
     }
 
 
-async def clique_step_of(collected: Path, plan: DomainPlan) -> dict[str, Any]:
-    """Listed after its daemon started, Ready after IMEX answered: medians and maxima over the nodes."""
-    with CollectedFile.open(collected, read_only=True) as file:
-
-        async def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-            return file.query(sql, params)
-
-        events = EventSource(query, collected=True, where=str(collected))
-        view = await load_view(events, f"computedomain/{plan.namespace}/{plan.name}")
-        lines = await events.lines(*events.naming(view.domain_uid))
-    return clique_step(view, lines).summary()
-
-
 async def measure(racks: int, mode: str) -> dict[str, Any]:
     work_dir = Path(tempfile.mkdtemp(prefix="cdbench-", dir="/tmp"))
     load_before = os.getloadavg()[0]
@@ -188,7 +170,6 @@ async def measure(racks: int, mode: str) -> dict[str, Any]:
                 rack, [plan], timeout_s=600.0, during_formation=cost.started, while_formed=cost.formed
             )
             drawn = await draw_timelines(rack, [(plan.namespace, plan.name)])
-            step = await clique_step_of(drawn.collected, plan) if drawn.collected else None
             nodes = racks * NODES_PER_RACK
             product = sum(cost.cpu_s.get(k, 0.0) for k in ("controller", "plugins", "daemons", "probes"))
             return {
@@ -204,7 +185,6 @@ async def measure(racks: int, mode: str) -> dict[str, Any]:
                 "controller_cpu_per_node_ms": round(1000 * cost.cpu_s.get("controller", 0.0) / nodes, 1),
                 "api_requests_per_node": per_node(cost.requests, nodes),
                 "critical_path": critical_path(drawn.explanations[0] if drawn.explanations else None),
-                "clique_step": step,
                 "ok": report.ok,
                 "problems": report.problems[:10],
                 "load_average_before": round(load_before, 2),

@@ -18,7 +18,6 @@ from cdctl.api.isolation import CHANNEL_ISOLATION_DEVICE_CLASS
 from cdctl.controller.settings import ControllerSettings
 from cdctl.domain.computedomains import (
     CHANNEL_DEVICE_CLASS,
-    CONDITION_IMEX_READY,
     DAEMON_DEVICE_CLASS,
     DRIVER_NAME,
     FINALIZER,
@@ -33,6 +32,7 @@ from cdctl.domain.retention import DEFAULT_INTERVAL_S, RetentionPolicy, format_a
 from cdctl.k8s.discovery import convert_claim_template
 
 JsonObject = dict[str, Any]
+READINESS_PERIOD_S = 2  # the daemon pods' readiness probe period (the Go driver's is 10 s; see daemon_set)
 DAEMON_SERVICE_ACCOUNT = "compute-domain-daemon-service-account"
 DAEMON_CONTAINER = "compute-domain-daemon"
 DAEMON_CLAIM = "compute-domain-daemon"
@@ -187,17 +187,22 @@ def daemon_set(cd: JsonObject, namespace: str, settings: ControllerSettings) -> 
                     {"name": "FEATURE_GATES", "value": settings.feature_gates.to_string()},
                     *_retention_env(settings),
                 ],
-                # 20 minutes to come up (as the Go driver's startup probe allows), then a check a minute.
+                "startupProbe": _exec_probe(
+                    initial_delay_s=0, period_s=1, timeout_s=10, failure_threshold=1200
+                ),
                 "livenessProbe": _exec_probe(
                     initial_delay_s=0, period_s=60, timeout_s=10, failure_threshold=20
                 ),
+                # The Go driver probes readiness every 10 s (failureThreshold 1). While a clique fills, each
+                # new peer holds IMEX at NOT_READY until its own IMEX is up, so a probe landing in that gap
+                # left the pod NotReady, and its node's channel Prepare waiting, for the rest of 10 s. Every
+                # 2 s with failureThreshold 3: a pod turns Ready within 2 s of IMEX, a gap of under 4 s
+                # does not take a Ready pod out, and a failed daemon is NotReady within 6 s (10 s before).
+                "readinessProbe": _exec_probe(
+                    initial_delay_s=0, period_s=READINESS_PERIOD_S, timeout_s=10, failure_threshold=3
+                ),
             }
         ],
-        # Ready when the daemon says its IMEX is (cdctl.daemon.podready), not at a probe's tick: the Go
-        # driver's readiness probe ran every 10 s, so a pod turned Ready up to 10 s after its IMEX (and a
-        # startup probe every 1 s, a process per node and second). A gap of under 4 s while a peer joins
-        # does not take a Ready pod out; the handover gate the plugin checks closes at once all the same.
-        "readinessGates": [{"conditionType": CONDITION_IMEX_READY}],
     }
     if settings.daemon_image_pull_secret_names:
         pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.daemon_image_pull_secret_names]

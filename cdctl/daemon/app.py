@@ -30,7 +30,6 @@ from cdctl.daemon.files import write_config, write_node_list
 from cdctl.daemon.gate import DaemonGate
 from cdctl.daemon.journal import Journal
 from cdctl.daemon.peers import PeerUpdater
-from cdctl.daemon.podready import PodReadiness
 from cdctl.daemon.readiness import ReadinessMonitor
 from cdctl.daemon.settings import DaemonSettings
 from cdctl.daemon.supervisor import ImexSupervisor
@@ -167,15 +166,12 @@ class DaemonApp:
             gate=gate,
         )
         updater = PeerUpdater(s, supervisor, journal)
-        pod_ready = PodReadiness(api, s.pod_namespace, s.pod_name)
-        pod_ready.want(False, "IMEX not started")  # a restarted container's pod may still say True
         monitor = ReadinessMonitor(
             CheckSettings(s.clique_id, s.imexd_dir, s.ctl_binary),
             s.node_name,
             journal,
             s.readiness_period_s,
             gate,
-            on_change=pod_ready.want,
         )
 
         async def follow() -> None:
@@ -193,7 +189,6 @@ class DaemonApp:
             assert supervisor.error is not None
             raise supervisor.error
 
-        publishing = asyncio.create_task(pod_ready.run(), name="pod-readiness")
         try:
             await run_until_first_ends(
                 asyncio.create_task(follow(), name="peers"),
@@ -202,9 +197,6 @@ class DaemonApp:
                 asyncio.create_task(stop.wait(), name="stop"),
             )
         finally:
-            publishing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await publishing
             await supervisor.stop()  # closes the gate
         if not stop.is_set():
             raise RetriableError("the peer watch ended unexpectedly")

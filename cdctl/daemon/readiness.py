@@ -1,13 +1,13 @@
 """Readiness as the daemon itself sees it: `nvidia-imex-ctl -q` on its own schedule, transitions recorded.
 
-Run by cdctl.daemon.app beside the peer loop. Every change between READY and not ready lands in the daemon's
-event log (`ImexReadinessChanged`, with what the daemon answered), goes to `on_change` (the pod's readiness
-gate, cdctl.daemon.podready, which makes the pod Ready) and keeps the handover gate (cdctl.daemon.gate): it
-opens the moment the IMEX now running answers READY and closes when it stops answering. The first answer
-counts as a change only when it is READY (not ready is where every daemon starts). After IMEX starts or exits
-the monitor asks again after FAST_POLL_S, then after twice as long each time until READY, up to `period_s`: a
-node waits for its IMEX a fraction of a second, not a whole period, and an IMEX that stays not ready costs a
-few checks, not ten a second.
+Run by cdctl.daemon.app beside the peer loop. The kubelet's probes (`cdctl daemon check`) decide the pod's
+Ready condition; this monitor asks the same question so that every change between READY and not ready lands
+in the daemon's event log (`ImexReadinessChanged`, with what the daemon answered), and so that the handover
+gate (cdctl.daemon.gate) opens the moment the IMEX now running answers READY and closes when it stops
+answering. The first answer counts as a change only when it is READY (not ready is where every daemon
+starts). After IMEX starts or exits the monitor asks again after FAST_POLL_S, then after twice as long each
+time until READY, up to `period_s`: a node waits for its IMEX a fraction of a second, not a whole period, and
+an IMEX that stays not ready costs a few checks, not ten a second.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
 
 import structlog
 
@@ -38,14 +37,12 @@ class ReadinessMonitor:
         journal: Journal,
         period_s: float,
         gate: DaemonGate | None = None,
-        on_change: Callable[[bool, str], None] | None = None,
     ) -> None:
         self.check = dataclasses.replace(check, gated=False)  # IMEX's own answer is what opens the gate
         self.node = node
         self.journal = journal
         self.period_s = period_s
         self.gate = gate
-        self.on_change = on_change
         self.ready = False
         self.changes = 0
         self._seen_generation = -1
@@ -67,8 +64,6 @@ class ReadinessMonitor:
             self.ready = ready
             self.changes += 1
             log.info("IMEX readiness changed", ready=ready, output=output)
-            if self.on_change is not None:
-                self.on_change(ready, output)
             await self.journal.record(ImexReadinessChanged(self.node, ready, output))
         return ready
 

@@ -23,9 +23,6 @@ LABEL_TARGET = "resource.nvidia.com/computeDomainTarget"
 TARGET_DAEMON = "Daemon"
 TARGET_WORKLOAD = "Workload"
 FINALIZER = "resource.nvidia.com/computeDomain"
-# The daemon pods' readiness gate: the daemon sets this condition on its own pod when its IMEX answers READY
-# (and back when it stops), so the pod is Ready the moment IMEX is, not at a probe's next tick.
-CONDITION_IMEX_READY = "resource.nvidia.com/imex-ready"
 DRIVER_NAME = "compute-domain.nvidia.com"
 CHANNEL_DEVICE_CLASS = "compute-domain-default-channel.nvidia.com"
 DAEMON_DEVICE_CLASS = "compute-domain-daemon.nvidia.com"

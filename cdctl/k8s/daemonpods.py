@@ -1,18 +1,16 @@
 """The IMEX daemon's view of the cluster: its own pod's clique label, and the peers the controller lists.
 
-Called by cdctl.daemon.app. Within the daemon's RBAC (pods get/patch in its namespace; ComputeDomainCliques or
-ComputeDomains get/list/watch): `label_own_pod` merge-patches `resource.nvidia.com/computeDomain.cliqueID`
-onto the pod; `set_own_pod_imex_ready` sets the pod's readiness-gate condition
-`resource.nvidia.com/imex-ready` (a strategic merge patch of pods/status: the kubelet's own conditions stay as
-they are); `follow_clique` yields the entries of ComputeDomainClique `<uid>.<cliqueID>` every time it changes
-(no entries while it does not exist); `follow_domain_status` yields, for the ComputeDomainCliques gate off,
-the domain's `status.nodes` and `spec.numNodes`, ignoring an object of the same name with another UID. Both
-follow one object through an Informer with a `metadata.name` field selector. Nothing here writes a clique or a
-domain status: the controller keeps them. `follow_shared_peers` is the shared IMEX daemon's (channel
-isolation, driver-managed; cdctl.api.shareddaemon): its peers are the pods of the chart's DaemonSet labelled
-with its clique, each with an IP, one per node, listed in node-name order, so every daemon of the clique
-writes the same node list; it reads pods only (pods get/list/watch, and the patch of its own label, in its
-namespace).
+Called by cdctl.daemon.app. Within the daemon's RBAC (pods get/patch in its namespace; ComputeDomainCliques
+or ComputeDomains get/list/watch): `label_own_pod` merge-patches `resource.nvidia.com/computeDomain.cliqueID`
+onto the pod; `follow_clique` yields the entries of ComputeDomainClique `<uid>.<cliqueID>` every time it
+changes (no entries while it does not exist); `follow_domain_status` yields, for the ComputeDomainCliques gate
+off, the domain's `status.nodes` and `spec.numNodes`, ignoring an object of the same name with another UID.
+Both follow one object through an Informer with a `metadata.name` field selector. Nothing here writes a
+clique or a domain status: the controller keeps them. `follow_shared_peers` is the shared IMEX daemon's
+(channel isolation, driver-managed; cdctl.api.shareddaemon): its peers are the pods of the chart's
+DaemonSet labelled with its clique, each with an IP, one per node, listed in node-name order, so every
+daemon of the clique writes the same node list; it reads pods only (pods get/list/watch, and the patch of
+its own label, in its namespace).
 """
 
 from __future__ import annotations
@@ -21,13 +19,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
 from cdctl.api.shareddaemon import SHARED_DAEMON_SELECTOR
-from cdctl.domain.computedomains import (
-    CONDITION_IMEX_READY,
-    LABEL_CLIQUE_ID,
-    STATUS_NOT_READY,
-    DaemonEntry,
-    clique_name,
-)
+from cdctl.domain.computedomains import LABEL_CLIQUE_ID, STATUS_NOT_READY, DaemonEntry, clique_name
 from cdctl.domain.imex import PeerListing
 from cdctl.k8s.client import api_client
 from cdctl.k8s.informer import Change, Informer, Observation
@@ -49,21 +41,6 @@ async def label_own_pod(api: KubeApi, namespace: str, name: str, clique_id: str)
     """Set the clique label on the daemon's own pod (an empty clique ID is a label with an empty value)."""
     patch = {"metadata": {"labels": {LABEL_CLIQUE_ID: clique_id}}}
     return await api.merge_patch(PODS.object_path(namespace, name), patch)
-
-
-async def set_own_pod_imex_ready(
-    api: KubeApi, namespace: str, name: str, ready: bool, message: str, at: str
-) -> JsonObject:
-    """Set the readiness-gate condition on the daemon's own pod: True while its IMEX answers READY."""
-    condition = {
-        "type": CONDITION_IMEX_READY,
-        "status": "True" if ready else "False",
-        "reason": "ImexReady" if ready else "ImexNotReady",
-        "message": message,
-        "lastTransitionTime": at,
-    }
-    patch = {"status": {"conditions": [condition]}}
-    return await api.strategic_merge_patch(PODS.object_path(namespace, name, "status"), patch)
 
 
 def _clique_entries(daemons: object) -> tuple[DaemonEntry, ...]:

@@ -33,7 +33,6 @@ log = structlog.get_logger("cdctl.k8s.rest")
 JsonObject = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 # Requests whose bodies may hold credentials: logged at verbosity 7 without them.
 SECRET_PATH_PARTS = ("/secrets", "/tokenreviews", "/serviceaccounts/")
 REDACTED = "<redacted>"
@@ -160,10 +159,6 @@ class KubeApi:
 
     async def merge_patch(self, path: str, patch: JsonObject) -> JsonObject:
         return await self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
-
-    async def strategic_merge_patch(self, path: str, patch: JsonObject) -> JsonObject:
-        """A built-in object's strategic merge patch: lists such as conditions merge by their key."""
-        return await self.request("PATCH", path, body=patch, content_type=STRATEGIC_MERGE_PATCH)
 
     async def json_patch(self, path: str, operations: list[JsonObject]) -> JsonObject:
         return await self.request("PATCH", path, body=operations, content_type=JSON_PATCH)

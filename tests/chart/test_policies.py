@@ -17,13 +17,7 @@ from tests.chart.conftest import NAMESPACE, SCENARIOS, find, one, render_objects
 
 GROUP = "admissionregistration.k8s.io"
 CLAIMS = {"claims", "computedomains"}
-DRIVER_MANAGED = {
-    "resourceslices",
-    "kubelet-plugin-nodes",
-    "controller",
-    "daemon-pods",
-    "daemon-pod-status",
-} | CLAIMS
+DRIVER_MANAGED = {"resourceslices", "kubelet-plugin-nodes", "controller", "daemon-pods"} | CLAIMS
 HOST_MANAGED = {"resourceslices", "controller"} | CLAIMS
 
 
@@ -104,7 +98,6 @@ def test_each_policy_keeps_to_its_components_accounts(rendered: dict[str, list[d
     assert conditions["daemon-pods"] == "request.userInfo.username in " + str(daemons).replace(
         "'", '"'
     ).replace(", ", ",")
-    assert conditions["daemon-pod-status"] == conditions["daemon-pods"]
 
 
 def test_the_slice_policy_keeps_the_plugin_to_its_driver(rendered: dict[str, list[dict[str, Any]]]) -> None:

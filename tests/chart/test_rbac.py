@@ -74,10 +74,7 @@ EXCEPTIONS: dict[str, dict[tuple[str, str], set[str]]] = {
         # The event-log endpoint (collector.enabled) reviews each reader's token: cdctl collect.
         ("authentication.k8s.io", "tokenreviews"): {"create"},
     },
-    # Where the Go driver's daemon writes its readiness into the domain's status or its clique entry (above),
-    # ours sets one condition on its own pod, its readiness gate (the daemon-pod-status policy keeps it to
-    # that): the controller, the only writer of cliques and statuses, reads it as the pod's Ready.
-    "daemon": {("", "pods/status"): {"patch"}},
+    "daemon": {},
 }
 ACCOUNTS = {"controller": CONTROLLER, "kubelet-plugin": PLUGIN, "daemon": DAEMON}
 
@@ -146,7 +143,6 @@ def test_default_mode_grants_exactly_what_is_needed(rendered: dict[str, list[dic
     }
     assert grants[DAEMON] == {
         (NAMESPACE, "", "pods"): {"patch"},
-        (NAMESPACE, "", "pods/status"): {"patch"},
         (NAMESPACE, "resource.nvidia.com", "computedomaincliques"): READ,
     }
 
@@ -222,7 +218,6 @@ def test_additional_namespaces_get_the_namespaced_grants(rendered: dict[str, lis
     assert grants[CONTROLLER][("team-a", "apps", "daemonsets")] == CRUD | {"patch"}
     assert grants["team-a/compute-domain-daemon-service-account"] == {
         ("team-a", "", "pods"): {"patch"},
-        ("team-a", "", "pods/status"): {"patch"},
         ("team-a", "resource.nvidia.com", "computedomaincliques"): READ,
     }
     # The plugin reads a daemon claim's owner pod there (the controller reuses DaemonSets it finds there),
@@ -239,7 +234,6 @@ def test_without_cliques_daemons_read_computedomains_instead(helm_chart: hc.Char
     assert grants[DAEMON] == {
         ("*", "resource.nvidia.com", "computedomains"): READ,
         (NAMESPACE, "", "pods"): {"patch"},
-        (NAMESPACE, "", "pods/status"): {"patch"},
     }
     assert (NAMESPACE, "resource.nvidia.com", "computedomaincliques") not in grants[CONTROLLER]
     assert (NAMESPACE, "resource.nvidia.com", "computedomaincliques") not in grants[PLUGIN]

@@ -27,17 +27,11 @@ from cdctl.api.imexgate import GateKeeper
 from cdctl.controller.app import run_controller
 from cdctl.controller.manager import ControllerManager
 from cdctl.controller.settings import ControllerSettings
-from cdctl.domain.computedomains import (
-    CONDITION_IMEX_READY,
-    DRIVER_NAME,
-    LABEL_CLIQUE_ID,
-    LABEL_COMPUTE_DOMAIN,
-)
+from cdctl.domain.computedomains import DRIVER_NAME, LABEL_CLIQUE_ID, LABEL_COMPUTE_DOMAIN
 from cdctl.domain.racks import rack_domain_name
 from cdctl.plugin.app import PluginProcess
 from cdctl.plugin.daemonclaims import DOMAINS_DIR
 from cdctl.plugin.pluginconfig import PluginConfig
-from cdctl.sim.apiserver.patch import STRATEGIC_MERGE_PATCH
 from cdctl.sim.node.topology import NodeDeviceLib, Topology, build_topology
 from cdctl.sim.rack.chart import cluster_bootstrap_objects, daemon_service_accounts
 from cdctl.sim.rack.cluster import SimCluster
@@ -127,8 +121,7 @@ def mpi_worker(index: int, app: str, template: str) -> dict[str, Any]:
 
 async def stand_in_for_daemons(cluster: SimCluster, topology: Topology) -> None:
     """Label each daemon pod with its node's clique, as `cdctl daemon run` does at start, and open the
-    handover gate in its domain directory once the plugin made it and set the pod's readiness gate, as the
-    daemon does when IMEX is READY."""
+    handover gate in its domain directory once the plugin made it, as the daemon does when IMEX is READY."""
     pods = cluster.store.type_of("", "pods")
     gates: dict[Path, GateKeeper] = {}
     try:
@@ -147,15 +140,6 @@ async def stand_in_for_daemons(cluster: SimCluster, topology: Topology) -> None:
                     if imexd.is_dir() and imexd not in gates:
                         gates[imexd] = GateKeeper(imexd)
                         gates[imexd].open()
-                    conditions = (pod.get("status") or {}).get("conditions") or []
-                    if imexd in gates and not any(c.get("type") == CONDITION_IMEX_READY for c in conditions):
-                        ready = {"type": CONDITION_IMEX_READY, "status": "True"}  # the pod's readiness gate
-                        with contextlib.suppress(Exception):
-                            cluster.store.patch(
-                                pods, DRIVER_NAMESPACE, pod["metadata"]["name"],
-                                {"status": {"conditions": [ready]}}, STRATEGIC_MERGE_PATCH,
-                                subresource="status",
-                            )  # fmt: skip
             await asyncio.sleep(0.1)
     finally:
         for gate in gates.values():

@@ -173,15 +173,15 @@ def test_daemonset_has_every_field_of_the_reference() -> None:
         "FEATURE_GATES": gates.to_string(),
     }
     assert env["FEATURE_GATES"].endswith(",") and "ComputeDomainCliques=true," in env["FEATURE_GATES"]
-    # Ready through the readiness gate the daemon sets (cdctl.daemon.podready), not a probe's tick; the
-    # liveness probe gives it the Go driver's 20 minutes to come up.
-    assert "startupProbe" not in container and "readinessProbe" not in container
-    liveness = container["livenessProbe"]
-    timing = (liveness["periodSeconds"], liveness["timeoutSeconds"], liveness["failureThreshold"])
-    assert timing == (60, 10, 20)
-    assert liveness["exec"]["command"] == ["cdctl", "daemon", "check"]
-    pod = daemon_set(domain(), "ns", settings())["spec"]["template"]["spec"]
-    assert pod["readinessGates"] == [{"conditionType": "resource.nvidia.com/imex-ready"}]
+    probes = {name: container[name] for name in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert {
+        name: (p["periodSeconds"], p["timeoutSeconds"], p["failureThreshold"]) for name, p in probes.items()
+    } == {
+        "startupProbe": (1, 10, 1200),
+        "livenessProbe": (60, 10, 20),
+        "readinessProbe": (2, 10, 3),  # the Go driver's is (10, 10, 1): see cdctl.controller.render
+    }
+    assert all(p["exec"]["command"] == ["cdctl", "daemon", "check"] for p in probes.values())
 
 
 def test_daemon_pods_run_as_root_whatever_the_images_user() -> None:

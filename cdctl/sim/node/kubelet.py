@@ -35,9 +35,7 @@ Node lifecycle: the running kubelet renews its Lease `kube-node-lease/<node>` (o
 (cdctl.sim.controllers.nodelifecycle) watches; registration keeps what others wrote in the Node's status
 (allocatable, say) and posts Ready. As the status manager does, a running pod whose Ready condition someone
 else changed (the node lifecycle controller marks pods of a silent node not ready) is written back as the
-kubelet sees it, and a pod with `spec.readinessGates` is Ready only once their conditions are True (the IMEX
-daemon sets its own, cdctl.daemon.podready); the next pass after such a condition changes writes Ready anew,
-as the kubelet's reconcile of a pod whose status someone else changed does.
+kubelet sees it.
 
 `power_off()` is the node going down: the kubelet stops and the node's containers are gone, while what the
 kubelet keeps on disk stays (its DRA manager's checkpoint: which claims it prepared for which pods);
@@ -79,7 +77,7 @@ from cdctl.sim.node.healthwatch import HealthWatch, PreparedDevice, allocated_re
 from cdctl.sim.node.noderegistration import register, renew_lease
 from cdctl.sim.node.noderouter import NodeRouter, concerned_nodes
 from cdctl.sim.node.pluginwatcher import PluginWatcher
-from cdctl.sim.node.podstatus import pod_ready, pod_status, with_addresses
+from cdctl.sim.node.podstatus import pod_status, with_addresses
 from cdctl.sim.node.runtime import ContainerView, ImmediateRuntime, PodRuntime, not_created
 from cdctl.sim.node.termination import finish_deletion, is_terminating, with_deletion_grace
 
@@ -597,7 +595,7 @@ class SimKubelet:
         )
         if running.devices_error:
             container = dataclasses.replace(container, ready=False)
-        ready = pod_ready(pod, container)  # a readiness gate someone set counts too
+        ready = container.ready
         if not first and container == running.container and _ready_condition(pod) in (None, ready):
             return
         running.ready, running.container = ready, container

@@ -50,7 +50,6 @@ import jsonschema
 import yaml
 
 from cdctl.api.shareddaemon import SHARED_DAEMON_COMPONENT, shared_daemon_name
-from cdctl.domain.computedomains import CONDITION_IMEX_READY
 
 CHART_NAME = "cdctl"
 
@@ -481,28 +480,21 @@ def shared_daemon_objects(
         "command": ["cdctl", "daemon", "run", "--shared"],
         "securityContext": {"runAsUser": 0, "runAsGroup": 0, "privileged": True},
         "env": env,
-        "livenessProbe": {
+        "readinessProbe": {
             "exec": {"command": ["cdctl", "daemon", "check", "--shared"]},
-            "periodSeconds": 60,
+            "periodSeconds": 2,
             "timeoutSeconds": 10,
-            "failureThreshold": 20,
+            "failureThreshold": 3,
         },
     }
-    pod_spec: dict[str, Any] = {
-        "serviceAccountName": name,
-        "readinessGates": [{"conditionType": CONDITION_IMEX_READY}],
-        "containers": [container],
-    }
+    pod_spec: dict[str, Any] = {"serviceAccountName": name, "containers": [container]}
     pod_spec.update(plugin_placement(values, chart=chart))
     rbac = "rbac.authorization.k8s.io/v1"
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
         {
             "apiVersion": rbac, "kind": "Role", "metadata": dict(meta),
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
-                {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
-            ],
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]}],
         },
         {
             "apiVersion": rbac, "kind": "RoleBinding", "metadata": dict(meta),

@@ -179,10 +179,6 @@ async def test_what_the_real_server_fills_into_our_objects_the_simulated_one_fil
     the real server added to the same object must be there with the same value."""
     sent = render_what(_recorded_domain(177))  # the driver-managed ComputeDomain as the controller read it
     real = realanswers.response_of(seq)
-    if seq == 181:  # recorded when the daemon pods had startup and readiness probes (now a readiness gate)
-        for container in real["spec"]["template"]["spec"]["containers"]:
-            for probe in ("startupProbe", "readinessProbe"):
-                container.pop(probe, None)
     storage = replay.store.type_of(*{180: ("resource.k8s.io", "resourceclaimtemplates"),
                                      181: ("apps", "daemonsets"),
                                      182: ("resource.k8s.io", "resourceclaimtemplates")}[seq])  # fmt: skip
